@@ -1,0 +1,128 @@
+"""The ledger's tables, schema version 1 (ADR-0126 D4, Amendments 5 and 7; design.md "Ledger").
+
+Money columns are integer nanodollars. Times are ``isoformat()`` of aware UTC datetimes, so they
+sort in time order as text. No prompt, body, header, key, key length or key fingerprint is stored.
+
+``TABLES`` is applied with ``CREATE ... IF NOT EXISTS`` on every open, and ``COLUMNS`` lists
+columns added after a table was first shipped, so a ledger made by an older build gains them on
+open without losing rows.
+"""
+
+VERSION = 1
+
+TABLES = """
+CREATE TABLE IF NOT EXISTS account (
+    provider      TEXT NOT NULL,
+    name          TEXT NOT NULL,
+    key_env       TEXT NOT NULL,
+    rank          INTEGER NOT NULL DEFAULT 0,
+    weight        INTEGER NOT NULL DEFAULT 1,
+    block_reason  TEXT,            -- NULL, or a code: auth_failed, settlement_conflict, ceiling_exceeded, manual
+    blocked_at    TEXT,
+    removed_at    TEXT,            -- declared no more: excluded from new work, history kept
+    created_at    TEXT NOT NULL,
+    PRIMARY KEY (provider, name)
+);
+
+CREATE TABLE IF NOT EXISTS month (
+    provider           TEXT NOT NULL,
+    name               TEXT NOT NULL,
+    month_utc          TEXT NOT NULL,   -- credit period key YYYY-MM
+    budget_nusd        INTEGER NOT NULL CHECK (budget_nusd > 0),
+    daily_budget_nusd  INTEGER CHECK (daily_budget_nusd IS NULL OR daily_budget_nusd > 0),
+    key_env            TEXT NOT NULL,
+    created_at         TEXT NOT NULL,
+    PRIMARY KEY (provider, name, month_utc),
+    FOREIGN KEY (provider, name) REFERENCES account (provider, name)
+);
+
+CREATE TABLE IF NOT EXISTS binding (
+    scope_kind  TEXT NOT NULL,      -- conversation | instance
+    scope_id    TEXT NOT NULL,
+    provider    TEXT NOT NULL,
+    account     TEXT NOT NULL,
+    created_at  TEXT NOT NULL,
+    PRIMARY KEY (scope_kind, scope_id, provider),
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
+
+CREATE TABLE IF NOT EXISTS attempt (
+    id                   TEXT PRIMARY KEY,
+    scope_kind           TEXT NOT NULL,
+    scope_id             TEXT NOT NULL,
+    provider             TEXT NOT NULL,
+    account              TEXT NOT NULL,
+    month_utc            TEXT NOT NULL,
+    day_utc              TEXT NOT NULL,
+    ceiling_nusd         INTEGER NOT NULL CHECK (ceiling_nusd >= 0),
+    price_revision       TEXT NOT NULL,
+    requested_model      TEXT NOT NULL,
+    served_model         TEXT,
+    request_digest       TEXT NOT NULL,   -- sha256 of the credential-free request bytes
+    client               TEXT,
+    llm_response_id      TEXT,
+    state                TEXT NOT NULL CHECK (state IN ('open', 'settled')),
+    outcome              TEXT,
+    provider_error_type  TEXT,
+    rejection_class      TEXT,
+    failure_class        TEXT,
+    http_status          INTEGER,
+    cost_nusd            INTEGER,
+    usage_json           TEXT,            -- numeric usage only
+    request_id           TEXT,
+    created_at           TEXT NOT NULL,
+    settled_at           TEXT,
+    CHECK ((state = 'open' AND cost_nusd IS NULL) OR (state = 'settled' AND cost_nusd >= 0)),
+    FOREIGN KEY (provider, account, month_utc) REFERENCES month (provider, name, month_utc)
+);
+CREATE INDEX IF NOT EXISTS attempt_account_month ON attempt (provider, account, month_utc, state);
+CREATE INDEX IF NOT EXISTS attempt_account_day ON attempt (provider, account, day_utc);
+CREATE INDEX IF NOT EXISTS attempt_open ON attempt (state) WHERE state = 'open';
+
+CREATE TABLE IF NOT EXISTS adjustment (
+    id          TEXT PRIMARY KEY,
+    kind        TEXT NOT NULL CHECK (kind IN ('correction', 'reconciliation', 'unblock', 'block', 'rebind')),
+    attempt_id  TEXT REFERENCES attempt (id),
+    provider    TEXT NOT NULL,
+    account     TEXT NOT NULL,
+    month_utc   TEXT,
+    delta_nusd  INTEGER NOT NULL DEFAULT 0,
+    source_ref  TEXT NOT NULL,
+    detail      TEXT,             -- closed-set values only (a scope id for rebind, a code for block)
+    created_at  TEXT NOT NULL,
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
+
+CREATE TABLE IF NOT EXISTS warm_prefix (
+    provider       TEXT NOT NULL,
+    account        TEXT NOT NULL,
+    cert           TEXT NOT NULL,
+    stable_tokens  INTEGER,
+    expires_at     TEXT NOT NULL,
+    PRIMARY KEY (provider, account, cert),
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
+CREATE INDEX IF NOT EXISTS warm_prefix_cert ON warm_prefix (provider, cert);
+CREATE INDEX IF NOT EXISTS warm_prefix_expiry ON warm_prefix (provider, expires_at);
+
+CREATE TABLE IF NOT EXISTS health (
+    provider          TEXT NOT NULL,
+    account           TEXT NOT NULL,
+    state             TEXT NOT NULL CHECK (state IN ('ok', 'failing')),
+    failure_class     TEXT,
+    http_status       INTEGER,
+    since             TEXT,
+    last_failure_at   TEXT,
+    last_success_at   TEXT,
+    cooldown_until    TEXT,
+    probe_attempt_id  TEXT,
+    PRIMARY KEY (provider, account),
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
+"""
+
+# Columns added to shipped tables after they first shipped: (table, column, declaration).
+# An open adds any that are missing (ALTER TABLE ... ADD COLUMN), keeping every row.
+COLUMNS = []
+
+TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health")

@@ -1,0 +1,66 @@
+import os
+import secrets
+import string
+
+import pytest
+
+ISOLATED_ENV = (
+    "ANTHROPIC_ACCOUNTS",
+    "ANTHROPIC_API_KEY",
+    "LLM_ACCOUNTS_BASE_URL",
+    "LLM_ACCOUNTS_CLIENT",
+    "LLM_ACCOUNTS_LEDGER",
+)
+
+
+@pytest.fixture(autouse=True)
+def user_path(tmp_path, monkeypatch):
+    """Every test gets its own llm user directory, ledger and working directory."""
+    path = tmp_path / "llm-user"
+    path.mkdir()
+    for name in ISOLATED_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LLM_USER_PATH", str(path))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    return path
+
+
+@pytest.fixture
+def ledger_path(tmp_path, monkeypatch):
+    path = tmp_path / "ledger" / "accounts-ledger.db"
+    monkeypatch.setenv("LLM_ACCOUNTS_LEDGER", str(path))
+    return path
+
+
+def make_key():
+    """A key-shaped canary, made at run time so no key-like literal is committed."""
+    alphabet = string.ascii_letters + string.digits + "-_"
+    return "sk-ant-api03-" + "".join(secrets.choice(alphabet) for _ in range(93)) + "AA"
+
+
+@pytest.fixture
+def canary_key():
+    return make_key()
+
+
+def runs_of(secret, length=8):
+    """Every run of ``length`` characters of ``secret``: what must never appear anywhere."""
+    return {secret[i : i + length] for i in range(len(secret) - length + 1)}
+
+
+def assert_no_key_material(text, secret):
+    """Fail if ``text`` holds any 8-character run of ``secret`` (design.md "Testing")."""
+    found = [run for run in runs_of(secret) if run in text]
+    assert not found, f"{len(found)} runs of the key found"
+
+
+def assert_tree_has_no_key_material(root, secret):
+    """Search every file under ``root`` (bytes, including SQLite files) for runs of the key."""
+    runs = [run.encode() for run in runs_of(secret)]
+    for dirpath, _, filenames in os.walk(root):
+        for filename in filenames:
+            data = open(os.path.join(dirpath, filename), "rb").read()
+            for run in runs:
+                assert run not in data, f"a run of the key found in {filename}"
