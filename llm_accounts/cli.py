@@ -36,3 +36,420 @@ def path():
     from .paths import ledger_path
 
     click.echo(str(ledger_path()))
+
+
+@accounts.command()
+@click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port to listen on (0: any free port)")
+@click.option(
+    "config_path", "--config", required=True, type=click.Path(dir_okay=False), help="JSON file of keys and behaviours"
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on")
+def standin(port, config_path, host):
+    """Serve a local stand-in of the Anthropic Messages API for tests and demos.
+
+    Real HTTP on loopback with the API's JSON and SSE bytes, usage with prompt-cache fields, and
+    per-key behaviours (ok, rate_limited, overloaded, drop, echo_key, ...). Prints the base URL,
+    then serves until Ctrl-C. The config names each key's label, organization and behaviour:
+    {"keys": [{"label": "a", "key": "...", "behaviour": "ok"}]}
+
+    \b
+    Example:
+        llm accounts standin --port 8765 --config standin.json
+        LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:8765 llm -m claude-routed "hi"
+    """
+    from .standin import ConfigError, is_loopback, load_config, serve
+
+    if not is_loopback(host):
+        fail("--host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
+    try:
+        config = load_config(config_path)
+    except ConfigError as error:
+        fail(error)
+    try:
+        serve(config, host, port, on_ready=click.echo)
+    except OSError as error:
+        fail(f"--port: cannot listen on {host}:{port} ({error.strerror or 'address unavailable'})")
+
+
+@accounts.command()
+@click.option("--port", type=click.IntRange(0, 65535), help="Port to serve on (default 8001)")
+@click.option("open_browser", "--open", is_flag=True, help="Open the dashboard in a web browser")
+def browse(port, open_browser):
+    """Browse the ledger in Datasette: spend dashboard and read-only queries.
+
+    Starts 'datasette' on the ledger with this plugin's canned queries and the dashboard at
+    /-/llm-accounts. No key reaches Datasette: its environment drops every declared key_env,
+    ANTHROPIC_API_KEY and any variable named like a key.
+
+    \b
+    Example:
+        llm accounts browse --open
+        llm accounts browse --port 8002
+    """
+    from . import browse as browsing
+    from .errors import AccountsError
+    from .paths import ledger_path
+
+    if not browsing.datasette_installed():
+        fail("Datasette is not installed: run 'llm install datasette' (or pip install 'llm-accounts[datasette]')")
+    try:
+        status = browsing.browse(ledger_path(), port=port, open_browser=open_browser)
+    except AccountsError as error:
+        fail(error)
+    sys.exit(status)
+
+
+@accounts.command()
+@click.option("json_", "--json", is_flag=True, help="Output JSON")
+@click.option("model_id", "--model", metavar="ID", help="Show one model (exact id or alias)")
+def prices(json_, model_id):
+    """Show the shipped price revision every ceiling and settlement uses.
+
+    Rates are US dollars per million tokens: input, 5-minute cache write, 1-hour cache write,
+    cache read and output. A long-context tier applies to the whole request when its input
+    (fresh + cache writes + cache reads) exceeds the tier's threshold. Retired models are kept
+    only to settle old attempts.
+
+    \b
+    Example:
+        llm accounts prices
+        llm accounts prices --model claude-sonnet-4-5 --json
+    """
+    from .errors import AccountsError
+    from .pricing import RATE_NAMES, current_revision, per_mtok
+
+    revision = current_revision()
+    models = list(revision.models.values())
+    if model_id is not None:
+        price = revision.model(model_id)
+        if price is None:
+            fail(AccountsError(
+                "unsupported_pricing",
+                f"--model: not priced by price revision {revision.id}; run 'llm accounts prices' for the list",
+            ))
+        models = [price]
+
+    def usd_rates(rates):
+        return {name: per_mtok(getattr(rates, name)) for name in RATE_NAMES}
+
+    if json_:
+        echo_json(
+            {
+                "revision": revision.id,
+                "read_on": revision.read_on,
+                "sources": list(revision.sources),
+                "unit": "USD per million tokens",
+                "models": [
+                    {
+                        "id": p.id,
+                        "aliases": list(p.aliases),
+                        "display_name": p.display_name,
+                        "status": p.status,
+                        "context_window": p.context_window,
+                        "max_output": p.max_output,
+                        "rates": usd_rates(p.rates),
+                        "long_context": (
+                            {"above_input_tokens": p.long_context[0], "rates": usd_rates(p.long_context[1])}
+                            if p.long_context
+                            else None
+                        ),
+                    }
+                    for p in models
+                ],
+            }
+        )
+        return
+    click.echo(f"Price revision {revision.id}, read {revision.read_on}")
+    for source in revision.sources:
+        click.echo(f"  {source}")
+    click.echo("Rates in USD per million tokens\n")
+    rows = [("model", "status", "context", "max out", "input", "5m write", "1h write", "cache read", "output")]
+    for p in models:
+        rows.append(
+            (p.id, p.status, f"{p.context_window:,}", f"{p.max_output:,}")
+            + tuple(per_mtok(getattr(p.rates, name)) for name in RATE_NAMES)
+        )
+        if p.long_context:
+            rows.append(
+                (f"  > {p.long_context[0]:,} input", "", "", "")
+                + tuple(per_mtok(getattr(p.long_context[1], name)) for name in RATE_NAMES)
+            )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        click.echo("  ".join(cells).rstrip())
+    aliases = [(p.id, p.aliases) for p in models if p.aliases]
+    if aliases:
+        click.echo("\nAliases (exact names only):")
+        for model, names in aliases:
+            click.echo(f"  {', '.join(names)} -> {model}")
+
+
+# Declaring accounts: add, remove, list, lookup (design.md "Environment", ADR-0126 D1/D2).
+
+
+def _warn_if_overridden():
+    """accounts.json is the lowest source: say so when a higher one replaces it here."""
+    from .declarations import overriding_source
+    from .errors import AccountsError
+
+    try:
+        source = overriding_source()
+    except AccountsError as error:
+        click.echo(f"Warning: {error}", err=True)
+        return
+    if source == "environment":
+        where = "ANTHROPIC_ACCOUNTS in the environment"
+    elif source:
+        where = f"ANTHROPIC_ACCOUNTS in {source} in this directory"
+    else:
+        return
+    click.echo(
+        f"Warning: {where} overrides accounts.json, so this change has no effect where it is set",
+        err=True,
+    )
+
+
+@accounts.command()
+@click.argument("name")
+@click.option("--key-env", required=True, metavar="VAR", help="Name of the variable (or 'llm keys' entry) holding this account's key")
+@click.option("--budget", required=True, metavar="USD", help="Monthly budget in US dollars, such as 25.00")
+@click.option("--daily-budget", metavar="USD", help="Daily (UTC) budget in US dollars")
+@click.option("--rank", metavar="N", help="Preference tier, 0 or more; lower is tried first (default 0)")
+@click.option("--weight", metavar="N", help="Share among accounts of the same rank, 1 or more (default 1)")
+@click.option("models", "--model", multiple=True, metavar="ID", help="A model this account may serve (repeatable; default all priced models)")
+@click.option("--replace", is_flag=True, help="Change an existing account of this name")
+def add(name, key_env, budget, daily_budget, rank, weight, models, replace):
+    """Declare an account in accounts.json in the llm user directory.
+
+    The key itself is never written: KEY_ENV names where to find it at call time
+    (environment, .env, 'llm keys set KEY_ENV', or the lookup command).
+
+    \b
+    Example:
+        llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00
+        llm keys set WORK_ANTHROPIC_KEY
+    """
+    from .declarations import account_from_options, add_account, usd_text
+    from .errors import AccountsError
+
+    try:
+        account = account_from_options(name, key_env, budget, daily_budget, rank, weight, models)
+        path, replaced = add_account(account, replace=replace)
+    except AccountsError as error:
+        fail(error)
+    daily = f", ${usd_text(account.daily_budget_nusd)} a day" if account.daily_budget_nusd else ""
+    click.echo(
+        f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
+        f"budget ${usd_text(account.budget_nusd)} a month{daily} ({path})"
+    )
+    _warn_if_overridden()
+
+
+@accounts.command()
+@click.argument("name")
+def remove(name):
+    """Remove an account from accounts.json.
+
+    Its ledger history is kept.
+
+    \b
+    Example:
+        llm accounts remove work
+    """
+    from .declarations import remove_account
+    from .errors import AccountsError
+
+    try:
+        path = remove_account(name)
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Removed account {name} ({path})")
+    _warn_if_overridden()
+
+
+def _source_text(declaration):
+    import os
+
+    from .declarations import accounts_file_path
+
+    if declaration.source == "environment":
+        return "ANTHROPIC_ACCOUNTS in the environment"
+    if declaration.source == "accounts.json":
+        return str(accounts_file_path())
+    if declaration.source:
+        return f"ANTHROPIC_ACCOUNTS in {os.path.join(os.getcwd(), declaration.source)}"
+    return None
+
+
+@accounts.command(name="list")
+@click.option("json_", "--json", is_flag=True, help="Output JSON")
+def list_(json_):
+    """List the declared accounts and where the declaration came from.
+
+    Shows names, key_env names, budgets, ranks, weights and models; never a key.
+
+    \b
+    Example:
+        llm accounts list
+        llm accounts list --json
+    """
+    from .declarations import load_declaration, usd_text
+    from .errors import AccountsError
+
+    try:
+        declaration = load_declaration()
+    except AccountsError as error:
+        fail(error)
+    source = _source_text(declaration)
+    if json_:
+        echo_json(
+            {
+                "routed": declaration.routed,
+                "source": declaration.source,
+                "source_path": source,
+                "accounts": [
+                    {
+                        "name": a.name,
+                        "key_env": a.key_env,
+                        "budget_usd": usd_text(a.budget_nusd),
+                        "budget_nusd": a.budget_nusd,
+                        "daily_budget_usd": usd_text(a.daily_budget_nusd) if a.daily_budget_nusd else None,
+                        "daily_budget_nusd": a.daily_budget_nusd,
+                        "rank": a.rank,
+                        "weight": a.weight,
+                        "models": list(a.models) if a.models is not None else None,
+                    }
+                    for a in declaration.accounts
+                ],
+                "lookup": list(declaration.lookup) if declaration.lookup else None,
+            }
+        )
+        return
+    if not declaration.routed:
+        click.echo("No accounts declared: claude-routed sends unrouted with your 'anthropic' key")
+        if source:
+            click.echo(f"([] is declared by {source})")
+        return
+    rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models")]
+    for a in declaration.accounts:
+        rows.append(
+            (
+                a.name,
+                a.key_env,
+                f"${usd_text(a.budget_nusd)}",
+                f"${usd_text(a.daily_budget_nusd)}" if a.daily_budget_nusd else "-",
+                str(a.rank),
+                str(a.weight),
+                ", ".join(a.models) if a.models is not None else "all priced",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+    click.echo(f"Declared by {source}")
+
+
+@accounts.group(invoke_without_command=True)
+@click.pass_context
+def lookup(ctx):
+    """Show, set or clear the secret lookup command.
+
+    When an account's key is not in the environment, .env.local, .env or 'llm keys', the lookup
+    command is run with {name} replaced by the account's key_env and must print the key. It is
+    kept in accounts.json in the llm user directory, never in a project directory.
+
+    \b
+    Example:
+        llm accounts lookup set -- op read "op://Private/{name}/credential"
+        llm accounts lookup
+        llm accounts lookup clear
+    """
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(lookup_show)
+
+
+@lookup.command(name="show")
+@click.option("json_", "--json", is_flag=True, help="Output JSON")
+def lookup_show(json_=False):
+    """Show the secret lookup command.
+
+    \b
+    Example:
+        llm accounts lookup show --json
+    """
+    import shlex
+
+    from .declarations import read_accounts_file
+    from .errors import AccountsError
+
+    try:
+        _, argv = read_accounts_file()
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        echo_json({"lookup": list(argv) if argv else None})
+    elif argv:
+        click.echo(shlex.join(argv))
+    else:
+        click.echo("No lookup command set: keys come from the environment, .env.local, .env and 'llm keys'")
+
+
+@lookup.command(
+    name="set", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def lookup_set(command):
+    """Set the secret lookup command: a program and its arguments, run without a shell.
+
+    {name} in any argument is replaced by the key_env being looked up. The command must print
+    the key (one trailing newline is removed) and exit 0 within 15 seconds.
+
+    \b
+    Example:
+        llm accounts lookup set -- op read "op://Private/{name}/credential"
+        llm accounts lookup set -- security find-generic-password -s {name} -w
+    """
+    from .declarations import set_lookup
+    from .errors import AccountsError
+
+    try:
+        path = set_lookup(command)
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Lookup command set ({path})")
+
+
+@lookup.command(name="clear")
+def lookup_clear():
+    """Remove the secret lookup command.
+
+    \b
+    Example:
+        llm accounts lookup clear
+    """
+    from .declarations import set_lookup
+    from .errors import AccountsError
+
+    try:
+        path = set_lookup(None)
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Lookup command cleared ({path})")
+
+
+@accounts.command()
+@click.option("--keep", is_flag=True, help="Keep the demo's llm user directory and ledger")
+def demo(keep):
+    """Route a few prompts through two demo accounts on the local stand-in.
+
+    Needs no network and no real key: the demo starts the Messages API stand-in on loopback,
+    declares two accounts in a throwaway llm user directory, and runs real llm commands.
+
+    \b
+    Example:
+        llm accounts demo
+    """
+    from .demo import run_demo
+
+    run_demo(keep=keep)

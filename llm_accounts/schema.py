@@ -8,6 +8,8 @@ columns added after a table was first shipped, so a ledger made by an older buil
 open without losing rows.
 """
 
+import sqlite3
+
 VERSION = 1
 
 TABLES = """
@@ -92,6 +94,7 @@ CREATE TABLE IF NOT EXISTS adjustment (
     created_at  TEXT NOT NULL,
     FOREIGN KEY (provider, account) REFERENCES account (provider, name)
 );
+CREATE INDEX IF NOT EXISTS adjustment_account_month ON adjustment (provider, account, month_utc);
 
 CREATE TABLE IF NOT EXISTS warm_prefix (
     provider       TEXT NOT NULL,
@@ -123,6 +126,55 @@ CREATE TABLE IF NOT EXISTS health (
 
 # Columns added to shipped tables after they first shipped: (table, column, declaration).
 # An open adds any that are missing (ALTER TABLE ... ADD COLUMN), keeping every row.
-COLUMNS = []
+COLUMNS = [
+    # Running totals of the month's attempts, kept in the transaction that changes an attempt, so
+    # admission reads one row instead of summing the month (see ``BACKFILL``). The day totals are
+    # for ``day_utc``, the newest UTC day admitted in the month (every UTC day lies in one credit
+    # period). Adjustments are not in them: they are summed from ``adjustment``.
+    ("month", "settled_nusd", "INTEGER NOT NULL DEFAULT 0"),
+    ("month", "open_nusd", "INTEGER NOT NULL DEFAULT 0"),
+    ("month", "day_utc", "TEXT"),
+    ("month", "day_settled_nusd", "INTEGER NOT NULL DEFAULT 0"),
+    ("month", "day_open_nusd", "INTEGER NOT NULL DEFAULT 0"),
+    # A run of transport failures still below the three that start a dwell (llm_accounts.health).
+    ("health", "transport_failures", "INTEGER NOT NULL DEFAULT 0"),
+]
+
+# Run once when any of the month totals is added to an older ledger: recompute them from its rows.
+BACKFILL = {
+    "month": """
+UPDATE month SET
+    settled_nusd = (SELECT COALESCE(SUM(a.cost_nusd), 0) FROM attempt a
+        WHERE a.provider = month.provider AND a.account = month.name
+        AND a.month_utc = month.month_utc AND a.state = 'settled'),
+    open_nusd = (SELECT COALESCE(SUM(a.ceiling_nusd), 0) FROM attempt a
+        WHERE a.provider = month.provider AND a.account = month.name
+        AND a.month_utc = month.month_utc AND a.state = 'open'),
+    day_utc = (SELECT MAX(a.day_utc) FROM attempt a
+        WHERE a.provider = month.provider AND a.account = month.name AND a.month_utc = month.month_utc);
+UPDATE month SET
+    day_settled_nusd = (SELECT COALESCE(SUM(a.cost_nusd), 0) FROM attempt a
+        WHERE a.provider = month.provider AND a.account = month.name
+        AND a.day_utc = month.day_utc AND a.state = 'settled'),
+    day_open_nusd = (SELECT COALESCE(SUM(a.ceiling_nusd), 0) FROM attempt a
+        WHERE a.provider = month.provider AND a.account = month.name
+        AND a.day_utc = month.day_utc AND a.state = 'open')
+"""
+}
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health")
+
+# A version-1 file must already hold these (ADR-0126 D4); the others are gained on open.
+BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")
+
+
+def statements(script=TABLES):
+    """Split a script into single statements (``executescript`` would commit the open transaction)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    if pending.strip():
+        yield pending.strip()

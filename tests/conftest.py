@@ -45,6 +45,18 @@ def canary_key():
     return make_key()
 
 
+@pytest.fixture
+def standin(canary_key, monkeypatch):
+    """The Messages API stand-in on a free loopback port: one key, label "a" (organization
+    "org-a"), whose key is ``canary_key``; ``LLM_ACCOUNTS_BASE_URL`` points at it. Change its
+    behaviour with ``standin.set_behaviour("a", ...)``; read ``standin.requests``."""
+    from llm_accounts.standin import StandIn
+
+    with StandIn({"keys": [{"label": "a", "key": canary_key, "organization": "org-a"}]}) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        yield server
+
+
 def runs_of(secret, length=8):
     """Every run of ``length`` characters of ``secret``: what must never appear anywhere."""
     return {secret[i : i + length] for i in range(len(secret) - length + 1)}

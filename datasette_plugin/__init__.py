@@ -1,0 +1,116 @@
+"""Datasette plugin for the llm-accounts ledger (design.md "Datasette").
+
+Adds read-only canned queries to every database holding the ledger's tables, and a spend
+dashboard at ``/-/llm-accounts``. Datasette 0.65 asks for canned queries through the
+``canned_queries`` hook; the 1.0 alphas dropped that hook for ``datasette.add_query()``, called
+from ``startup()``. Both are implemented so the plugin works on either.
+"""
+
+from datasette import hookimpl
+from datasette.utils.asgi import Forbidden, Response
+
+from llm_accounts import clock
+
+from . import dashboard
+from .queries import LEDGER_TABLES, QUERIES, canned_queries as ledger_queries
+
+DASHBOARD_PATH = "/-/llm-accounts"
+SOURCE = "llm-accounts"
+
+
+async def is_ledger(db):
+    """A database is a ledger when it holds the ledger's core tables."""
+    return set(LEDGER_TABLES) <= set(await db.table_names())
+
+
+@hookimpl
+def canned_queries(datasette, database, actor):
+    # Datasette 0.65; the 1.0 alphas never call this hook.
+    async def inner():
+        if await is_ledger(datasette.get_database(database)):
+            return ledger_queries()
+        return {}
+
+    return inner
+
+
+@hookimpl
+def startup(datasette):
+    if not hasattr(datasette, "add_query"):
+        return
+
+    # Datasette 1.0 alphas: stored queries are added at start-up. Trusted, like canned
+    # queries on 0.65: they run without the execute-sql permission, and none writes.
+    async def inner():
+        for db in list(datasette.databases.values()):
+            if not await is_ledger(db):
+                continue
+            for query in QUERIES:
+                await datasette.add_query(
+                    db.name,
+                    query.name,
+                    query.sql,
+                    title=query.title,
+                    description=query.description,
+                    parameters=list(query.params),
+                    is_trusted=True,
+                    source=SOURCE,
+                )
+
+    return inner
+
+
+@hookimpl
+def register_routes():
+    return [(r"^/-/llm-accounts$", dashboard_view)]
+
+
+@hookimpl
+def menu_links(datasette):
+    return [{"href": datasette.urls.path(DASHBOARD_PATH), "label": "LLM accounts dashboard"}]
+
+
+async def _allowed(datasette, actor, action, database=None):
+    """Permission check across Datasette 0.65 and the 1.0 alphas' resource-based API."""
+    if hasattr(datasette, "allowed"):
+        resource = None
+        if database is not None:
+            from datasette.resources import DatabaseResource
+
+            resource = DatabaseResource(database)
+        return await datasette.allowed(action=action, resource=resource, actor=actor)
+    return await datasette.permission_allowed(actor, action, resource=database, default=True)
+
+
+async def dashboard_view(datasette, request):
+    if not await _allowed(datasette, request.actor, "view-instance"):
+        raise Forbidden("You do not have permission to view this instance")
+    now = clock.now()
+    ledgers = []
+    for db in list(datasette.databases.values()):
+        if not await is_ledger(db):
+            continue
+        if not await _allowed(datasette, request.actor, "view-database", db.name):
+            continue
+        ledger = await dashboard.load(db, now)
+        ledger["queries"] = [
+            {
+                "name": query.name,
+                "title": query.title,
+                "description": query.description,
+                "url": datasette.urls.query(db.name, query.name),
+            }
+            for query in QUERIES
+        ]
+        ledger["url"] = datasette.urls.database(db.name)
+        ledgers.append(ledger)
+    html = await datasette.render_template(
+        "llm_accounts_dashboard.html",
+        {
+            "ledgers": ledgers,
+            "now": now.strftime("%Y-%m-%d %H:%M UTC"),
+            "css_url": datasette.urls.static_plugins(SOURCE, "llm-accounts.css"),
+        },
+        request=request,
+    )
+    return Response.html(html)

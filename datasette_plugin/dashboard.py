@@ -1,0 +1,418 @@
+"""The spend dashboard at ``/-/llm-accounts`` (design.md "Datasette").
+
+``load()`` reads one ledger database; ``summarize()``, ``budget_chart()`` and ``daily_chart()``
+are pure and turn those rows into what the template draws. Money stays integer nanodollars
+until it is formatted with ``llm_accounts.money`` (ADR-0126 D5); the chart geometry is pixels.
+"""
+
+import dataclasses
+import datetime as dt
+
+from llm_accounts import clock
+from llm_accounts.money import usd
+
+NEAR_BUDGET = (9, 10)
+"""Spend at or above 9/10 of a budget is "near": the bound warm-prefix affinity keeps free."""
+
+ACCOUNT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000")
+"""Okabe-Ito colours, distinguishable with the common colour-vision deficiencies."""
+
+ACCOUNTS_SQL = """
+select
+  account.provider, account.name, account.rank, account.block_reason, account.removed_at,
+  health.state, health.failure_class, health.http_status, health.cooldown_until,
+  coalesce(health.last_success_at, (
+    select max(settled_at) from attempt
+    where attempt.provider = account.provider and attempt.account = account.name
+      and attempt.outcome = 'complete'
+  )) as last_success_at
+from account
+left join health on health.provider = account.provider and health.account = account.name
+order by account.rank, account.name
+"""
+
+BUDGETS_SQL = """
+select provider, name, month_utc, budget_nusd, daily_budget_nusd
+from month where month_utc <= :month
+order by month_utc
+"""
+
+MONTH_SPEND_SQL = """
+select provider, account,
+  coalesce(sum(cost_nusd), 0) as settled_nusd,
+  coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
+from attempt where month_utc = :month
+group by provider, account
+"""
+
+ADJUSTMENTS_SQL = """
+select provider, account, sum(delta_nusd) as delta_nusd
+from adjustment where month_utc = :month
+group by provider, account
+"""
+
+DAILY_SPEND_SQL = """
+select provider, account, day_utc,
+  coalesce(sum(cost_nusd), 0) as settled_nusd,
+  coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
+from attempt where month_utc = :month
+group by provider, account, day_utc
+"""
+
+
+@dataclasses.dataclass
+class AccountSummary:
+    name: str
+    provider: str = "anthropic"
+    budget_nusd: int = None
+    budget_month: str = None  # the credit period the budget was read from
+    daily_budget_nusd: int = None
+    settled_nusd: int = 0  # settled attempts plus adjustments (ADR-0126 D5's S)
+    open_nusd: int = 0  # ceilings of attempts with unknown outcome (D5's R)
+    today_settled_nusd: int = 0
+    today_open_nusd: int = 0
+    health_state: str = "ok"
+    failure_class: str = None
+    http_status: int = None
+    cooldown_until: str = None
+    cooling: bool = False
+    block_reason: str = None
+    removed: bool = False
+    last_success_at: str = None
+    colour: str = ACCOUNT_COLOURS[0]
+
+    @property
+    def used_nusd(self):
+        return self.settled_nusd + self.open_nusd
+
+    @property
+    def remaining_nusd(self):
+        return None if self.budget_nusd is None else self.budget_nusd - self.used_nusd
+
+    @property
+    def today_nusd(self):
+        return self.today_settled_nusd + self.today_open_nusd
+
+    @property
+    def budget_reached(self):
+        return self.budget_nusd is not None and self.used_nusd >= self.budget_nusd
+
+    @property
+    def near_budget(self):
+        numerator, denominator = NEAR_BUDGET
+        return (
+            self.budget_nusd is not None
+            and not self.budget_reached
+            and denominator * self.used_nusd >= numerator * self.budget_nusd
+        )
+
+    @property
+    def daily_budget_reached(self):
+        return self.daily_budget_nusd is not None and self.today_nusd >= self.daily_budget_nusd
+
+    @property
+    def utilization(self):
+        """Percent of the budget used, to one decimal, as text (display only)."""
+        if not self.budget_nusd:
+            return None
+        tenths = (1000 * self.used_nusd + self.budget_nusd // 2) // self.budget_nusd
+        return f"{tenths // 10}.{tenths % 10}%"
+
+    @property
+    def marks(self):
+        """``(css class, label)`` for each condition someone should notice, worst first."""
+        marks = []
+        if self.block_reason:
+            marks.append(("bad", f"Blocked: {self.block_reason}"))
+        if self.health_state == "failing":
+            detail = self.failure_class or "unclassified"
+            if self.http_status:
+                detail += f", HTTP {self.http_status}"
+            marks.append(("bad", f"Failing: {detail}"))
+        if self.budget_reached:
+            marks.append(("bad", "Budget reached"))
+        elif self.near_budget:
+            marks.append(("warn", "Near budget"))
+        if self.daily_budget_reached:
+            marks.append(("bad", "Daily budget reached"))
+        if self.removed:
+            marks.append(("info", "Removed"))
+        return marks
+
+    @property
+    def status(self):
+        if self.block_reason:
+            return "blocked"
+        if self.health_state == "failing":
+            return "cooling" if self.cooling else "failing"
+        return "ok"
+
+    def money(self, field, places=2):
+        return usd(getattr(self, field), places)
+
+
+def _key(row, name="name"):
+    return (row["provider"], row[name])
+
+
+def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month, day, now):
+    """One ``AccountSummary`` per ledger account for credit period ``month`` and UTC ``day``.
+
+    An account with no ``month`` row for this period has not been used in it yet: its budget
+    is read from its latest earlier period and ``budget_month`` says which.
+    """
+    summaries = {}
+    for index, row in enumerate(accounts):
+        cooling = bool(
+            row["state"] == "failing"
+            and row["cooldown_until"]
+            and _parse(row["cooldown_until"]) > now
+        )
+        summaries[_key(row)] = AccountSummary(
+            name=row["name"],
+            provider=row["provider"],
+            health_state=row["state"] or "ok",
+            failure_class=row["failure_class"],
+            http_status=row["http_status"],
+            cooldown_until=row["cooldown_until"],
+            cooling=cooling,
+            block_reason=row["block_reason"],
+            removed=row["removed_at"] is not None,
+            last_success_at=row["last_success_at"],
+            colour=ACCOUNT_COLOURS[index % len(ACCOUNT_COLOURS)],
+        )
+    for row in budgets:  # ascending month: the latest row up to ``month`` wins
+        summary = summaries.get(_key(row))
+        if summary is not None:
+            summary.budget_nusd = row["budget_nusd"]
+            summary.budget_month = row["month_utc"]
+            summary.daily_budget_nusd = (
+                row["daily_budget_nusd"] if row["month_utc"] == month else None
+            )
+    for row in month_spend:
+        summary = summaries.get(_key(row, "account"))
+        if summary is not None:
+            summary.settled_nusd += row["settled_nusd"]
+            summary.open_nusd += row["open_nusd"]
+    for row in adjustments:
+        summary = summaries.get(_key(row, "account"))
+        if summary is not None:
+            summary.settled_nusd += row["delta_nusd"]
+    for row in daily_spend:
+        summary = summaries.get(_key(row, "account"))
+        if summary is not None and row["day_utc"] == day:
+            summary.today_settled_nusd += row["settled_nusd"]
+            summary.today_open_nusd += row["open_nusd"]
+    return [
+        summary
+        for summary in summaries.values()
+        if not summary.removed or summary.used_nusd or summary.budget_month == month
+    ]
+
+
+def _parse(text):
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed
+
+
+def _ticks(maximum, count=4):
+    """Round tick values in nanodollars from 0 up to at least ``maximum``: 1, 2 or 5 x 10^n."""
+    if maximum <= 0:
+        return [0]
+    step = 1
+    while step * count < maximum:
+        step = _next_step(step)
+    return [step * i for i in range(-(-maximum // step) + 1)]
+
+
+def _next_step(step):
+    """1, 2, 5, 10, 20, 50, ... in nanodollars."""
+    digits = str(step)
+    lead, zeros = digits[0], len(digits) - 1
+    if lead == "1":
+        return 2 * 10**zeros
+    if lead == "2":
+        return 5 * 10**zeros
+    return 10 ** (zeros + 1)
+
+
+def _tick_label(nusd):
+    """Whole dollars when the tick is whole, cents otherwise; small ticks keep their digits."""
+    for places in (0, 2, 4, 6, 9):
+        if nusd % 10 ** (9 - places) == 0:
+            return usd(nusd, places)
+    return usd(nusd, 9)
+
+
+@dataclasses.dataclass
+class Chart:
+    width: int
+    height: int
+    bars: list  # dicts: x, y, width, height, css, title and, for an account's colour, fill
+    labels: list  # dicts: x, y, text, anchor, css
+    lines: list  # dicts: x1, y1, x2, y2, css
+
+
+BUDGET_ROW = 46
+BUDGET_LEFT = 130
+BUDGET_RIGHT = 250
+BUDGET_WIDTH = 1000
+
+
+def budget_chart(summaries):
+    """Horizontal bars: settled spend, then open ceilings stacked, against each budget.
+
+    Every account shares one scale, so bar lengths compare across accounts; a dark tick marks
+    each budget.
+    """
+    rows = [summary for summary in summaries if summary.budget_nusd is not None]
+    plot = BUDGET_WIDTH - BUDGET_LEFT - BUDGET_RIGHT
+    top = 28
+    height = top + BUDGET_ROW * len(rows) + 8
+    chart = Chart(BUDGET_WIDTH, height, [], [], [])
+    if not rows:
+        return chart
+    scale = max(max(row.budget_nusd, row.used_nusd) for row in rows)
+    ticks = _ticks(scale)
+    scale = ticks[-1]
+
+    def x(nusd):
+        return BUDGET_LEFT + plot * max(nusd, 0) / scale
+
+    for value in ticks:
+        chart.lines.append(dict(x1=x(value), y1=top - 6, x2=x(value), y2=height - 8, css="grid"))
+        chart.labels.append(dict(x=x(value), y=top - 10, text=_tick_label(value), anchor="middle", css="tick"))
+    for index, row in enumerate(rows):
+        y = top + index * BUDGET_ROW + 8
+        bar = 22
+        chart.labels.append(
+            dict(x=BUDGET_LEFT - 10, y=y + bar / 2 + 5, text=row.name, anchor="end", css="name")
+        )
+        chart.bars.append(
+            dict(
+                x=BUDGET_LEFT, y=y, width=x(row.budget_nusd) - BUDGET_LEFT, height=bar,
+                css="budget", title=f"{row.name}: budget {usd(row.budget_nusd)}",
+            )
+        )
+        settled_end = x(row.settled_nusd)
+        chart.bars.append(
+            dict(
+                x=BUDGET_LEFT, y=y, width=settled_end - BUDGET_LEFT, height=bar,
+                css="settled", title=f"{row.name}: settled {usd(row.settled_nusd)}",
+            )
+        )
+        if row.open_nusd:
+            chart.bars.append(
+                dict(
+                    x=settled_end, y=y, width=x(row.used_nusd) - settled_end, height=bar,
+                    css="open", title=f"{row.name}: open ceilings {usd(row.open_nusd)}",
+                )
+            )
+        chart.lines.append(
+            dict(x1=x(row.budget_nusd), y1=y - 5, x2=x(row.budget_nusd), y2=y + bar + 5, css="budget-mark")
+        )
+        text = f"{usd(row.used_nusd)} of {usd(row.budget_nusd)} ({row.utilization})"
+        css = "value bad" if row.budget_reached else "value warn" if row.near_budget else "value"
+        chart.labels.append(
+            dict(x=BUDGET_WIDTH - BUDGET_RIGHT + 14, y=y + bar / 2 + 5, text=text, anchor="start", css=css)
+        )
+    return chart
+
+
+DAILY_WIDTH = 1000
+DAILY_HEIGHT = 260
+DAILY_LEFT = 70
+DAILY_BOTTOM = 40
+DAILY_TOP = 16
+
+
+def period_days(month):
+    """Every UTC day of credit period ``month``, in order (design.md "Months and days")."""
+    start, end = clock.credit_period(month)
+    days, day = [], start.date()
+    while day < end.date():
+        days.append(day.isoformat())
+        day += dt.timedelta(days=1)
+    return days
+
+
+def daily_chart(summaries, daily_spend, month, today):
+    """Vertical bars per UTC day of the credit period: each account's settled spend stacked
+    in its colour, open ceilings hatched on top. Days after ``today`` stay empty."""
+    days = period_days(month)
+    colours = {(s.provider, s.name): s.colour for s in summaries}
+    per_day = {day: [] for day in days}
+    open_per_day = {day: 0 for day in days}
+    for row in daily_spend:
+        key = _key(row, "account")
+        if row["day_utc"] in per_day and key in colours:
+            if row["settled_nusd"]:
+                per_day[row["day_utc"]].append((key, row["settled_nusd"]))
+            open_per_day[row["day_utc"]] += row["open_nusd"]
+    totals = [sum(v for _, v in per_day[day]) + open_per_day[day] for day in days]
+    chart = Chart(DAILY_WIDTH, DAILY_HEIGHT, [], [], [])
+    plot_height = DAILY_HEIGHT - DAILY_TOP - DAILY_BOTTOM
+    base = DAILY_TOP + plot_height
+    slot = (DAILY_WIDTH - DAILY_LEFT - 10) / len(days)
+    ticks = _ticks(max(totals)) if max(totals) else [0, 1_000_000_000]
+    scale = ticks[-1]
+
+    def h(nusd):
+        return plot_height * nusd / scale
+
+    for value in ticks:
+        y = base - h(value)
+        chart.lines.append(dict(x1=DAILY_LEFT, y1=y, x2=DAILY_WIDTH - 10, y2=y, css="grid"))
+        chart.labels.append(dict(x=DAILY_LEFT - 8, y=y + 4, text=_tick_label(value), anchor="end", css="tick"))
+    order = {key: index for index, key in enumerate(colours)}
+    for index, day in enumerate(days):
+        x = DAILY_LEFT + index * slot + slot * 0.15
+        width = slot * 0.7
+        y = base
+        for key, nusd in sorted(per_day[day], key=lambda item: order[item[0]]):
+            chart.bars.append(
+                dict(x=x, y=y - h(nusd), width=width, height=h(nusd), css="account", fill=colours[key],
+                     title=f"{day} {key[1]}: settled {usd(nusd)}")
+            )
+            y -= h(nusd)
+        if open_per_day[day]:
+            chart.bars.append(
+                dict(x=x, y=y - h(open_per_day[day]), width=width, height=h(open_per_day[day]),
+                     css="open", title=f"{day}: open ceilings {usd(open_per_day[day])}")
+            )
+        if index % 2 == 0 or day == today:
+            css = "tick today" if day == today else "tick"
+            chart.labels.append(dict(x=x + width / 2, y=base + 16, text=day[8:], anchor="middle", css=css))
+    chart.lines.append(dict(x1=DAILY_LEFT, y1=base, x2=DAILY_WIDTH - 10, y2=base, css="axis"))
+    return chart
+
+
+async def load(db, now):
+    """Everything the dashboard shows for ledger database ``db`` at instant ``now``."""
+    month, day = clock.credit_month(now), clock.utc_day(now)
+    params = {"month": month}
+    accounts = (await db.execute(ACCOUNTS_SQL)).rows
+    budgets = (await db.execute(BUDGETS_SQL, params)).rows
+    month_spend = (await db.execute(MONTH_SPEND_SQL, params)).rows
+    adjustments = (await db.execute(ADJUSTMENTS_SQL, params)).rows
+    daily_spend = (await db.execute(DAILY_SPEND_SQL, params)).rows
+    summaries = summarize(
+        accounts, budgets, month_spend, adjustments, daily_spend, month=month, day=day, now=now
+    )
+    start, end = clock.credit_period(month)
+    return {
+        "name": db.name,
+        "month": month,
+        "day": day,
+        "period_start": start.date().isoformat(),
+        "period_last_day": (end - dt.timedelta(days=1)).date().isoformat(),
+        "accounts": summaries,
+        "has_adjustments": any(row["delta_nusd"] for row in adjustments),
+        "budget_chart": budget_chart(summaries),
+        "daily_chart": daily_chart(summaries, daily_spend, month, day),
+    }

@@ -1,0 +1,345 @@
+"""The ledger's canned queries: the one definition of their SQL (design.md "Datasette").
+
+The plugin registers these on every database that holds the ledger's tables, and
+``metadata.yml`` at the top of the repository is generated from ``metadata()`` with cog, so
+``datasette ledger.db -m metadata.yml`` serves the same queries without the plugin.
+
+Money columns are integer nanodollars (ADR-0126 D5). Each query shows them as exact decimal
+US dollar strings made with SQLite integer arithmetic; no money passes through REAL. Every query
+is a single SELECT: none writes. Optional parameters are written ``(:p = '' or col = :p)``,
+since Datasette passes a missing parameter as the empty string.
+"""
+
+import dataclasses
+
+LEDGER_TABLES = ("account", "month", "attempt")
+"""A database holding these tables is a ledger and gets the queries."""
+
+DATABASE_NAMES = ("accounts-ledger", "ledger")
+"""Database names ``metadata.yml`` covers: the default ledger file and ``ledger.db``."""
+
+
+def usd_sql(column):
+    """SQL showing integer nanodollars ``column`` as an exact decimal USD string.
+
+    ``-1500000000`` becomes ``'-1.500000000'``; NULL stays NULL. ``column`` is a plain column
+    name from an inner query, since the expression repeats it.
+    """
+    # The sign's CASE has no ELSE, so a NULL amount makes the whole concatenation NULL.
+    return (
+        f"case when {column} < 0 then '-' when {column} >= 0 then '' end"
+        f" || printf('%d.%09d', abs({column}) / 1000000000, abs({column}) % 1000000000)"
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    name: str
+    title: str
+    description: str
+    sql: str
+    params: tuple = ()
+
+    def as_metadata(self):
+        """The query as Datasette 0.65 metadata (``databases: <db>: queries: <name>:``)."""
+        data = {"title": self.title, "description": self.description, "sql": self.sql}
+        if self.params:
+            data["params"] = list(self.params)
+        return data
+
+
+SPEND_BY_MONTH = Query(
+    name="spend_by_month",
+    title="Spend by credit period",
+    description=(
+        "Budget, settled spend (settled attempts plus adjustments), open ceilings, remaining "
+        "budget and utilization for each account and credit period, in US dollars to the "
+        "nanodollar. A credit period runs from 00:00 UTC on the last day of the previous "
+        "calendar month. Open ceilings are reserved for attempts whose outcome is not known yet."
+    ),
+    params=("account", "month"),
+    sql=f"""with settled as (
+  select provider, account, month_utc, sum(cost_nusd) as nusd
+  from attempt where state = 'settled'
+  group by provider, account, month_utc
+),
+reserved as (
+  select provider, account, month_utc, sum(ceiling_nusd) as nusd
+  from attempt where state = 'open'
+  group by provider, account, month_utc
+),
+adjusted as (
+  select provider, account, month_utc, sum(delta_nusd) as nusd
+  from adjustment where month_utc is not null
+  group by provider, account, month_utc
+),
+spend as (
+  select
+    month.name as account,
+    month.month_utc,
+    month.budget_nusd,
+    coalesce(settled.nusd, 0) + coalesce(adjusted.nusd, 0) as settled_nusd,
+    coalesce(reserved.nusd, 0) as open_nusd
+  from month
+  left join settled on settled.provider = month.provider
+    and settled.account = month.name and settled.month_utc = month.month_utc
+  left join reserved on reserved.provider = month.provider
+    and reserved.account = month.name and reserved.month_utc = month.month_utc
+  left join adjusted on adjusted.provider = month.provider
+    and adjusted.account = month.name and adjusted.month_utc = month.month_utc
+  where (:account = '' or month.name = :account)
+    and (:month = '' or month.month_utc = :month)
+),
+totals as (
+  select *, budget_nusd - settled_nusd - open_nusd as remaining_nusd from spend
+)
+select
+  account,
+  month_utc as credit_period,
+  {usd_sql("budget_nusd")} as budget_usd,
+  {usd_sql("settled_nusd")} as settled_usd,
+  {usd_sql("open_nusd")} as open_ceilings_usd,
+  {usd_sql("remaining_nusd")} as remaining_usd,
+  round(100.0 * (settled_nusd + open_nusd) / budget_nusd, 2) as utilization_percent
+from totals
+order by credit_period desc, account""",
+)
+
+SPEND_TODAY = Query(
+    name="spend_today",
+    title="Spend today (UTC)",
+    description=(
+        "Settled spend and open ceilings per account on one UTC calendar day (today unless "
+        "a day is given as YYYY-MM-DD), against the account's daily budget for that day's "
+        "credit period. Days are UTC; the daily budget resets at 00:00 UTC."
+    ),
+    params=("account", "day"),
+    sql=f"""with chosen as (
+  select coalesce(nullif(:day, ''), date('now')) as day_utc
+),
+period as (
+  select day_utc, strftime('%Y-%m', day_utc, '+1 day') as month_utc from chosen
+),
+today as (
+  select
+    attempt.provider,
+    attempt.account,
+    count(*) as attempts,
+    coalesce(sum(case when state = 'settled' then cost_nusd end), 0) as settled_nusd,
+    coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
+  from attempt join period on attempt.day_utc = period.day_utc
+  group by attempt.provider, attempt.account
+),
+totals as (
+  select
+    account.name as account,
+    period.day_utc,
+    month.daily_budget_nusd,
+    coalesce(today.attempts, 0) as attempts,
+    coalesce(today.settled_nusd, 0) as settled_nusd,
+    coalesce(today.open_nusd, 0) as open_nusd,
+    month.daily_budget_nusd - coalesce(today.settled_nusd, 0) - coalesce(today.open_nusd, 0)
+      as remaining_nusd
+  from account
+  join period
+  left join month on month.provider = account.provider
+    and month.name = account.name and month.month_utc = period.month_utc
+  left join today on today.provider = account.provider and today.account = account.name
+  where (:account = '' or account.name = :account)
+    and (account.removed_at is null or today.attempts > 0)
+)
+select
+  account,
+  day_utc as day,
+  attempts,
+  {usd_sql("settled_nusd")} as settled_usd,
+  {usd_sql("open_nusd")} as open_ceilings_usd,
+  {usd_sql("daily_budget_nusd")} as daily_budget_usd,
+  {usd_sql("remaining_nusd")} as remaining_today_usd
+from totals
+order by account""",
+)
+
+OPEN_ATTEMPTS = Query(
+    name="open_attempts",
+    title="Open attempts",
+    description=(
+        "Attempts whose outcome is unknown (a 5xx, a transport failure after the request left, "
+        "a broken stream, a cancellation, or a process that stopped mid-request), oldest first. "
+        "Each keeps its ceiling reserved against the budget until it is reconciled with "
+        "'llm accounts reconcile'. An empty outcome means none was recorded yet."
+    ),
+    params=("account",),
+    sql=f"""with unknown as (
+  select
+    *,
+    cast((julianday('now') - julianday(created_at)) * 1440 as integer) as minutes
+  from attempt
+  where state = 'open' and (:account = '' or account = :account)
+)
+select
+  id as attempt_id,
+  account,
+  month_utc as credit_period,
+  created_at,
+  printf('%dd %02dh %02dm', minutes / 1440, minutes % 1440 / 60, minutes % 60) as open_for,
+  requested_model,
+  outcome,
+  failure_class,
+  http_status,
+  {usd_sql("ceiling_nusd")} as ceiling_usd,
+  client
+from unknown
+order by created_at, id""",
+)
+
+ATTEMPTS_BY_OUTCOME = Query(
+    name="attempts_by_outcome",
+    title="Attempts by outcome",
+    description=(
+        "Attempts per account, credit period, state and outcome, with their settled cost and "
+        "the ceilings still held open. A refusal proven not billed settles at zero."
+    ),
+    params=("account", "month"),
+    sql=f"""with grouped as (
+  select
+    account,
+    month_utc,
+    state,
+    outcome,
+    count(*) as attempts,
+    coalesce(sum(cost_nusd), 0) as cost_nusd,
+    coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
+  from attempt
+  where (:account = '' or account = :account) and (:month = '' or month_utc = :month)
+  group by provider, account, month_utc, state, outcome
+)
+select
+  account,
+  month_utc as credit_period,
+  state,
+  outcome,
+  attempts,
+  {usd_sql("cost_nusd")} as cost_usd,
+  {usd_sql("open_nusd")} as open_ceilings_usd
+from grouped
+order by credit_period desc, account, attempts desc, state, outcome""",
+)
+
+REJECTION_CLASSES = Query(
+    name="rejection_classes",
+    title="Rejections by class",
+    description=(
+        "Refused attempts per account and credit period, by the provider's documented error "
+        "type and the rejection class (ADR-0126 Amendment 7). Only these closed-set values are "
+        "stored; the provider's message never is."
+    ),
+    params=("account", "month"),
+    sql="""select
+  account,
+  month_utc as credit_period,
+  provider_error_type,
+  rejection_class,
+  count(*) as attempts,
+  group_concat(distinct http_status) as http_statuses,
+  max(created_at) as last_at
+from attempt
+where (provider_error_type is not null or rejection_class is not null)
+  and (:account = '' or account = :account)
+  and (:month = '' or month_utc = :month)
+group by provider, account, month_utc, provider_error_type, rejection_class
+order by credit_period desc, account, attempts desc, provider_error_type, rejection_class""",
+)
+
+WARM_PREFIXES = Query(
+    name="warm_prefixes",
+    title="Warm prompt prefixes",
+    description=(
+        "Stable prompt prefixes believed cached at an account (ADR-0126 warm-prefix affinity): "
+        "a new conversation with the same prefix prefers that account while the entry is live. "
+        "Lapsed entries are kept until the ledger purges them. The certificate is shortened "
+        "to 12 characters."
+    ),
+    params=("account",),
+    sql="""select
+  account,
+  substr(cert, 1, 12) as cert,
+  case when julianday(expires_at) > julianday('now') then 'live' else 'lapsed' end as status,
+  expires_at,
+  stable_tokens
+from warm_prefix
+where (:account = '' or account = :account)
+order by status = 'lapsed', expires_at desc, account, cert""",
+)
+
+HEALTH = Query(
+    name="health",
+    title="Account health",
+    description=(
+        "Each account's health: ok, failing (with its failure class and HTTP status), cooling "
+        "until its cooldown ends, or blocked until 'llm accounts unblock'. An account with no "
+        "health row has never failed."
+    ),
+    params=("account",),
+    sql="""select
+  account.name as account,
+  case
+    when account.block_reason is not null then 'blocked'
+    when health.state = 'failing' and julianday(health.cooldown_until) > julianday('now')
+      then 'cooling'
+    else coalesce(health.state, 'ok')
+  end as status,
+  account.block_reason,
+  health.failure_class,
+  health.http_status,
+  health.since,
+  health.last_failure_at,
+  health.last_success_at,
+  health.cooldown_until,
+  health.probe_attempt_id,
+  account.removed_at
+from account
+left join health on health.provider = account.provider and health.account = account.name
+where (:account = '' or account.name = :account)
+order by account.rank, account.name""",
+)
+
+QUERIES = (
+    SPEND_BY_MONTH,
+    SPEND_TODAY,
+    OPEN_ATTEMPTS,
+    ATTEMPTS_BY_OUTCOME,
+    REJECTION_CLASSES,
+    WARM_PREFIXES,
+    HEALTH,
+)
+
+
+def canned_queries():
+    """``{name: {title, description, sql, params}}``, as the 0.65 ``canned_queries`` hook wants."""
+    return {query.name: query.as_metadata() for query in QUERIES}
+
+
+def metadata():
+    """The whole of ``metadata.yml``: the queries under each usual ledger database name."""
+    return {
+        "title": "llm-accounts ledger",
+        "description": "Spend, budgets and health of the accounts llm-accounts routes across.",
+        "databases": {name: {"queries": canned_queries()} for name in DATABASE_NAMES},
+    }
+
+
+def metadata_yaml():
+    """``metadata()`` as YAML with block-style SQL, for the cog block in ``metadata.yml``."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        def ignore_aliases(self, data):
+            return True
+
+    def text(dumper, value):
+        style = "|" if "\n" in value else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, text)
+    return yaml.dump(metadata(), Dumper=Dumper, sort_keys=False, width=100, allow_unicode=True)

@@ -1,0 +1,249 @@
+"""Failure classification: provider error types, rejection classes, failure classes, outcomes.
+
+Two vocabularies, both closed sets (design.md "Rejection classes" and "Failure classes and
+health"):
+
+- ``provider_error_type`` and ``rejection_class`` describe a rejected request for diagnosis
+  (ADR-0126 Amendment 7). Nothing branches on them except health, which treats the two
+  out-of-credit classes as ``quota_exhausted`` (design.md "Quota exhaustion").
+- the failure class (ADR-0029's seven classes) drives per-account health and cooldowns.
+
+The drop rule (Amendment 7, Decision 4): an error body, its decoded object and its message exist
+only inside ``parse_error_body``. The message is matched against the class table and discarded;
+it is never stored, logged, raised or returned. Only closed-set values leave this module.
+"""
+
+import json
+from dataclasses import dataclass
+
+OTHER = "other"
+MAX_ERROR_BODY = 64 * 1024  # Amendment 7, Decision 3: at most 64 KiB of an error body is decoded
+
+# The documented error.type values (https://platform.claude.com/docs/en/api/errors).
+PROVIDER_ERROR_TYPES = (
+    "invalid_request_error",
+    "authentication_error",
+    "billing_error",
+    "permission_error",
+    "not_found_error",
+    "conflict_error",
+    "request_too_large",
+    "rate_limit_error",
+    "api_error",
+    "timeout_error",
+    "overloaded_error",
+)
+
+# design.md "Rejection classes": the first row whose case-sensitive substring occurs in
+# error.message wins.
+_REJECTION_TABLE = (
+    ("credit_balance_too_low", "credit balance is too low"),
+    ("usage_limit_reached", "reached your specified API usage limits"),
+    ("prompt_too_long", "prompt is too long"),
+    ("max_tokens_too_large", "maximum allowed number of output tokens"),
+    ("tool_use_without_result", "`tool_use` ids were found without `tool_result`"),
+    ("tool_result_without_use", "unexpected `tool_use_id`"),
+    ("thinking_budget_invalid", "budget_tokens"),
+    ("image_too_large", "image exceeds"),
+)
+REJECTION_CLASSES = tuple(name for name, _ in _REJECTION_TABLE)
+
+# Documented error.details.error_code values (SDK 2.14 error map; anthropic-api.md section 4.2).
+ERROR_CODES = (
+    "enforced_spend_limit_reached",
+    "contract_spend_limit_reached",
+    "ramp_limit_exceeded",
+    "organization_on_hold",
+    "linked_organization_spend_limit_reached",
+    "linked_organization_billing_unavailable",
+    "request_body_too_large_after_decoding",
+    "image_dimensions_too_large",
+    "request_body_encoding_invalid",
+    "request_body_encoding_unsupported",
+    "cmek_key_unreachable",
+)
+
+# ADR-0029's closed set; body text outranks status.
+FAILURE_CLASSES = (
+    "quota_exhausted",
+    "rate_limited",
+    "auth",
+    "provider_outage",
+    "model_unavailable",
+    "transport",
+    "semantic",
+)
+
+_OUT_OF_CREDIT_CLASSES = ("credit_balance_too_low", "usage_limit_reached")
+_SPEND_LIMIT_CODES = ("enforced_spend_limit_reached", "contract_spend_limit_reached")
+# A documented body type that names the failure when no HTTP status does (a mid-stream
+# ``event: error`` arrives on a 200 response).
+_CLASS_FOR_STREAM_TYPE = {
+    "overloaded_error": "provider_outage",
+    "api_error": "provider_outage",
+    "timeout_error": "provider_outage",
+    "rate_limit_error": "rate_limited",
+    "authentication_error": "auth",
+    "permission_error": "auth",
+    "billing_error": "quota_exhausted",
+}
+
+# design.md "Attempt outcomes" for an HTTP failure.
+OUTCOMES = (
+    "complete",
+    "not_sent",
+    "rate_limited",
+    "overloaded",
+    "auth_required",
+    "request_rejected",
+    "provider_error",
+    "transport_error",
+    "usage_incomplete",
+    "stream_error",
+    "stream_truncated",
+    "cancelled",
+    "stream_closed",
+)
+
+# The AccountsError code (ADR-0126 D6) an attempt's outcome, or failing that its failure class,
+# is raised with.
+_ERROR_CODE_FOR = {
+    # outcomes
+    "rate_limited": "rate_limited",
+    "overloaded": "provider_error",
+    "auth_required": "auth_failed",
+    "request_rejected": "request_rejected",
+    "provider_error": "provider_error",
+    "transport_error": "transport_error",
+    "usage_incomplete": "provider_error",
+    "stream_error": "provider_error",
+    "stream_truncated": "transport_error",
+    # failure classes
+    "quota_exhausted": "request_rejected",
+    "auth": "auth_failed",
+    "provider_outage": "provider_error",
+    "model_unavailable": "request_rejected",
+    "transport": "transport_error",
+    "semantic": "request_rejected",
+}
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """What may be kept of a provider error body: closed-set values only, never its text."""
+
+    provider_error_type: str
+    rejection_class: str
+    error_code: str | None = None
+    documented: bool = False
+
+
+UNREADABLE = ErrorInfo(OTHER, OTHER, None, False)
+
+
+def rejection_class_for(message):
+    """The first class whose substring occurs in ``message``, else ``other``."""
+    if not isinstance(message, str):
+        return OTHER
+    for name, needle in _REJECTION_TABLE:
+        if needle in message:
+            return name
+    return OTHER
+
+
+def parse_error_body(raw):
+    """Classify an error body into an ``ErrorInfo``; the body itself is dropped.
+
+    A body over 64 KiB, one that is not JSON, or not an error object gives ``other`` for both
+    fields and ``documented=False``. ``documented`` is true only for the documented shape
+    ``{"type": "error", "error": {"type": <documented type>, "message": <string>}}``: the
+    evidence that the provider refused the request before processing it (design.md "Attempt
+    outcomes"). Never raises and never logs.
+    """
+    try:
+        info = _classify(raw)
+    except Exception:  # the drop rule: nothing from the body may escape, not even in an error
+        info = None
+    return UNREADABLE if info is None else info
+
+
+def _classify(raw):
+    if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) > MAX_ERROR_BODY:
+        return None
+    try:
+        body = json.loads(bytes(raw))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
+        return None
+    error = body["error"]
+    error_type = error.get("type")
+    error_type = error_type if error_type in PROVIDER_ERROR_TYPES else OTHER
+    message = error.get("message")
+    details = error.get("details")
+    code = details.get("error_code") if isinstance(details, dict) else None
+    return ErrorInfo(
+        provider_error_type=error_type,
+        rejection_class=rejection_class_for(message),
+        error_code=code if code in ERROR_CODES else None,
+        documented=(
+            body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
+        ),
+    )
+
+
+def failure_class(http_status, info, *, transport=False):
+    """The failure class of a failed attempt (design.md "Failure classes and health").
+
+    Body evidence outranks status: providers return a monthly cap as a 429 or a 400, and only
+    the body says the account is out of credit (ADR-0029). ``http_status`` is None (or 200) for
+    an error that arrived inside a stream.
+    """
+    if transport:
+        return "transport"
+    info = info or UNREADABLE
+    if (
+        info.rejection_class in _OUT_OF_CREDIT_CLASSES
+        or info.error_code in _SPEND_LIMIT_CODES
+        or info.provider_error_type == "billing_error"
+        or http_status == 402
+    ):
+        return "quota_exhausted"
+    if info.error_code == "organization_on_hold":
+        return "auth"  # the organization is disabled: the key cannot work until someone acts
+    if http_status is None or 200 <= http_status < 300:
+        return _CLASS_FOR_STREAM_TYPE.get(info.provider_error_type, "semantic")
+    if http_status == 429:
+        return "rate_limited"
+    if http_status in (401, 403):
+        return "auth"
+    if http_status == 404 and info.provider_error_type == "not_found_error":
+        return "model_unavailable"
+    if 500 <= http_status < 600:
+        return "provider_outage"
+    return "semantic"
+
+
+def outcome_for_status(http_status):
+    """The attempt outcome for a failed HTTP status (design.md "Attempt outcomes")."""
+    if isinstance(http_status, bool) or not isinstance(http_status, int):
+        raise ValueError("http_status must be an integer")
+    if 200 <= http_status < 300:
+        raise ValueError("a 2xx status is not a failure")
+    if http_status == 429:
+        return "rate_limited"
+    if http_status == 529:
+        return "overloaded"
+    if http_status in (401, 403):
+        return "auth_required"
+    if 400 <= http_status < 500:
+        return "request_rejected"
+    return "provider_error"
+
+
+def error_code_for(outcome_or_class):
+    """The AccountsError code to raise for an attempt outcome or, failing that, a failure class."""
+    try:
+        return _ERROR_CODE_FOR[outcome_or_class]
+    except (KeyError, TypeError):
+        raise ValueError("not a failed outcome or a failure class") from None

@@ -1,0 +1,619 @@
+"""Account declarations: where they come from and what makes one valid.
+
+Contracts: design.md "Environment" and "An account declaration"; ADR-0126 D1 and Amendment 3.
+
+A declaration is read from, highest first, the process environment's ``ANTHROPIC_ACCOUNTS``, the
+working directory's ``.env.local`` then ``.env``, then ``accounts.json`` in the llm user
+directory. The first present one replaces the rest whole (no merging). Absence or ``[]`` means
+unrouted. Anything else that is not a valid declaration is an error, never an empty pool.
+
+A pasted key can land in any field, so every error names a source, a field path and a rule, and
+never the value: not in its message, not in a chained exception (JSON parser errors quote the
+document, so they are never chained), not in a repr.
+"""
+
+import dataclasses
+import difflib
+import json
+import os
+import pathlib
+import re
+import tempfile
+
+from .errors import AccountsError
+from .money import NANO, parse_usd
+
+VARIABLE = "ANTHROPIC_ACCOUNTS"
+ACCOUNTS_FILE = "accounts.json"
+DOTENV_FILES = (".env.local", ".env")  # highest first
+
+NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# ADR-0126 D1: the secret lookup's name rule with a length bound; used unchanged as the
+# environment variable, the dotenv key, the `llm keys` name and the lookup's {name}.
+KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+FIELDS = ("name", "key_env", "budget_usd", "daily_budget_usd", "rank", "weight", "models")
+REQUIRED = ("name", "key_env", "budget_usd")
+# Ranks and weights are small orderings, not money; the bound keeps them far inside SQLite's int64.
+MAX_RANK = 1_000_000
+MAX_WEIGHT = 1_000_000
+MAX_LOOKUP_ARGS = 64
+MAX_LOOKUP_ARG_CHARS = 4096
+
+
+@dataclasses.dataclass(frozen=True)
+class Account:
+    """One declared account. Holds the *name* of the variable with its key, never the key."""
+
+    name: str
+    key_env: str
+    budget_nusd: int
+    daily_budget_nusd: int | None = None
+    rank: int = 0  # lower is preferred (ADR-0055 tiers)
+    weight: int = 1
+    models: tuple[str, ...] | None = None  # None: every priced model
+
+
+@dataclasses.dataclass(frozen=True)
+class Declaration:
+    accounts: tuple[Account, ...]
+    # "environment" | ".env.local" | ".env" | "accounts.json" | None (nothing declared)
+    source: str | None
+    # argv template with "{name}"; only ever from accounts.json (ADR-0126 D1: a project directory
+    # declares no lookup command)
+    lookup: tuple[str, ...] | None = None
+
+    @property
+    def routed(self):
+        return bool(self.accounts)
+
+
+def invalid(message):
+    return AccountsError("declaration_invalid", message)
+
+
+def looks_like_key(text):
+    """ADR-0126 D1: names and references reject credential-shaped text, in any case."""
+    return "sk-ant" in text.lower()
+
+
+def _root(source):
+    """How errors name the top of a declaration from ``source``."""
+    if source == "environment":
+        return VARIABLE
+    if source == ACCOUNTS_FILE:
+        return f"accounts in {ACCOUNTS_FILE}"
+    return f"{VARIABLE} in {source}"
+
+
+def _field(source, index, name=None):
+    """How errors name item ``index`` (or its field ``name``) of a declaration from ``source``."""
+    path = f"[{index}]" + (f".{name}" if name else "")
+    if source == "environment":
+        return f"{VARIABLE}{path}"
+    if source == ACCOUNTS_FILE:
+        return f"accounts{path} in {ACCOUNTS_FILE}"
+    return f"{VARIABLE}{path} in {source}"
+
+
+class _DuplicateField(Exception):
+    pass
+
+
+def _strict_object(pairs):
+    """``object_pairs_hook`` refusing a repeated field, which JSON would silently resolve."""
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _DuplicateField()
+        seen[key] = value
+    return seen
+
+
+def loads(text, what):
+    """``json.loads`` whose errors give a line number only.
+
+    ``json.JSONDecodeError`` carries the whole document (``.doc``) and its context could reach a
+    traceback, so the error is raised after the ``except`` block: no ``__cause__``, no
+    ``__context__``. Its column is left out too: after a pasted key it would tell the key's length.
+    """
+    problem = None
+    try:
+        return json.loads(text, object_pairs_hook=_strict_object)
+    except json.JSONDecodeError as error:
+        problem = f"is not valid JSON (error on line {error.lineno})"
+    except _DuplicateField:
+        problem = "is not valid: a JSON object repeats a field"
+    except (ValueError, RecursionError):
+        problem = "is not valid JSON"
+    raise invalid(f"{what}: {problem}")
+
+
+def _name(value, field):
+    if not isinstance(value, str):
+        raise invalid(f"{field}: must be a string")
+    if looks_like_key(value):
+        raise invalid(
+            f"{field}: looks like an API key (it contains sk-ant); put the key in the variable named by key_env instead"
+        )
+    if not NAME_RULE.fullmatch(value):
+        raise invalid(
+            f"{field}: must be 1-32 characters of lower-case letters, digits, '-' or '_', starting with a letter, such as \"work\""
+        )
+    return value
+
+
+def _key_env(value, field):
+    if not isinstance(value, str):
+        raise invalid(f"{field}: must be a string")
+    if looks_like_key(value):
+        raise invalid(
+            f'{field}: looks like an API key (it contains sk-ant); give the *name* of a variable that holds the key, such as "WORK_ANTHROPIC_KEY"'
+        )
+    if not KEY_ENV_RULE.fullmatch(value):
+        raise invalid(
+            f"{field}: must be a variable name of 1-64 letters, digits or '_', not starting with a digit, such as \"WORK_ANTHROPIC_KEY\""
+        )
+    return value
+
+
+def _integer(value, field, minimum, maximum, example):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise invalid(
+            f"{field}: must be a whole number from {minimum} to {maximum:,}, such as {example}"
+        )
+    if not minimum <= value <= maximum:
+        raise invalid(f"{field}: must be from {minimum} to {maximum:,}, such as {example}")
+    return value
+
+
+def _models(value, field):
+    if not isinstance(value, list):
+        raise invalid(f'{field}: must be a list of model id strings, such as ["claude-sonnet-4-5"]')
+    if not value:
+        raise invalid(
+            f"{field}: must name at least one model; leave it out to serve every priced model"
+        )
+    seen = set()
+    for index, item in enumerate(value):
+        item_field = f"{field}[{index}]"
+        if not isinstance(item, str):
+            raise invalid(f"{item_field}: must be a string")
+        if looks_like_key(item):
+            raise invalid(f"{item_field}: looks like an API key (it contains sk-ant)")
+        if not MODEL_RULE.fullmatch(item):
+            raise invalid(
+                f"{item_field}: must be an Anthropic model id of lower-case letters, digits, '.' or '-', such as \"claude-sonnet-4-5\""
+            )
+        if item in seen:
+            raise invalid(f"{item_field}: repeats an earlier model")
+        seen.add(item)
+    return tuple(value)
+
+
+def parse_account(item, field):
+    """Validate one declaration object; ``field(name)`` gives the path of one of its fields."""
+    unknown = [key for key in item if key not in FIELDS]
+    if unknown:
+        # The unknown field's name is not repeated (a key could be pasted as a field name); the
+        # hint names only a field of ours.
+        close = difflib.get_close_matches(str(unknown[0]), FIELDS, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise invalid(f"{field(None)}: unknown field{hint}; allowed fields are {', '.join(FIELDS)}")
+    for required in REQUIRED:
+        if required not in item:
+            raise invalid(f"{field(required)}: is required")
+    daily = item.get("daily_budget_usd")
+    return Account(
+        name=_name(item["name"], field("name")),
+        key_env=_key_env(item["key_env"], field("key_env")),
+        budget_nusd=parse_usd(item["budget_usd"], field("budget_usd")),
+        daily_budget_nusd=(
+            parse_usd(daily, field("daily_budget_usd")) if "daily_budget_usd" in item else None
+        ),
+        rank=_integer(item.get("rank", 0), field("rank"), 0, MAX_RANK, 1),
+        weight=_integer(item.get("weight", 1), field("weight"), 1, MAX_WEIGHT, 2),
+        models=_models(item["models"], field("models")) if "models" in item else None,
+    )
+
+
+def parse_accounts(value, source):
+    """Validate a whole declaration: JSON text, or the already-parsed value, from ``source``.
+
+    Returns the accounts (empty for ``[]``). ``source`` is "environment", ".env.local", ".env",
+    "accounts.json" or another label used to name where an error is.
+    """
+    root = _root(source)
+    if isinstance(value, str):
+        if not value.strip():
+            raise invalid(
+                f"{root}: is empty; declare a JSON array of accounts, or use [] (or remove it) for unrouted"
+            )
+        value = loads(value, root)
+    if value is None:
+        raise invalid(
+            f"{root}: is null; declare a JSON array of accounts, or use [] (or remove it) for unrouted"
+        )
+    if not isinstance(value, list):
+        raise invalid(f"{root}: must be a JSON array of account objects")
+    accounts = []
+    names = {}
+    key_envs = {}
+    for index, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise invalid(f"{_field(source, index)}: must be a JSON object")
+
+        def field(name, index=index):
+            return _field(source, index, name)
+
+        account = parse_account(item, field)
+        if account.name in names:
+            raise invalid(
+                f"{field('name')}: repeats the name of account [{names[account.name]}]; names must be unique"
+            )
+        if account.key_env in key_envs:
+            raise invalid(
+                f"{field('key_env')}: repeats the key_env of account [{key_envs[account.key_env]}]; each account needs its own key"
+            )
+        names[account.name] = index
+        key_envs[account.key_env] = index
+        accounts.append(account)
+    return tuple(accounts)
+
+
+def account_from_options(
+    name, key_env, budget, daily_budget=None, rank=None, weight=None, models=()
+):
+    """Build an account from ``llm accounts add``'s text options; errors name the option."""
+
+    def whole(text, option, minimum, maximum, example):
+        if text is None:
+            return minimum
+        if not re.fullmatch(r"[0-9]{1,7}", text):
+            raise invalid(
+                f"{option}: must be a whole number from {minimum} to {maximum:,}, such as {example}"
+            )
+        return _integer(int(text), option, minimum, maximum, example)
+
+    for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
+        # The two slips people make typing dollars; named without repeating the value.
+        if isinstance(text, str) and "," in text:
+            raise invalid(
+                f"{option}: use a dot for cents and no thousands separators, such as 12.50"
+            )
+        if isinstance(text, str) and text.startswith("$"):
+            raise invalid(f"{option}: give the amount without '$', such as 12.50")
+    return Account(
+        name=_name(name, "NAME"),
+        key_env=_key_env(key_env, "--key-env"),
+        budget_nusd=parse_usd(budget, "--budget"),
+        daily_budget_nusd=(
+            parse_usd(daily_budget, "--daily-budget") if daily_budget is not None else None
+        ),
+        rank=whole(rank, "--rank", 0, MAX_RANK, 1),
+        weight=whole(weight, "--weight", 1, MAX_WEIGHT, 2),
+        models=_models(list(models), "--model") if models else None,
+    )
+
+
+def parse_lookup(value, root="lookup", where=" in accounts.json"):
+    """Validate a secret lookup command: an argv list whose arguments may hold ``{name}``."""
+    example = 'such as ["op", "read", "op://Private/{name}/credential"]'
+    if not isinstance(value, list) or not value:
+        raise invalid(
+            f"{root}{where}: must be a non-empty list of program and arguments, {example}"
+        )
+    if len(value) > MAX_LOOKUP_ARGS:
+        raise invalid(f"{root}{where}: has more than {MAX_LOOKUP_ARGS} arguments")
+    for index, item in enumerate(value):
+        field = f"{root}[{index}]{where}"
+        if (
+            not isinstance(item, str)
+            or not item
+            or "\0" in item
+            or len(item) > MAX_LOOKUP_ARG_CHARS
+        ):
+            raise invalid(f"{field}: must be a non-empty string")
+        if looks_like_key(item):
+            raise invalid(
+                f"{field}: looks like an API key (it contains sk-ant); the command must look the key up, not hold it"
+            )
+    if not any("{name}" in item for item in value):
+        raise invalid(
+            f"{root}{where}: no argument holds {{name}}, which is replaced by the key_env to look up, {example}"
+        )
+    return tuple(value)
+
+
+def read_dotenv(path):
+    """Read a dotenv file into a dict, without touching ``os.environ``.
+
+    Rules (the common subset of dotenv dialects): ``NAME=value`` lines, optional ``export ``,
+    ``#`` comments, blank lines; values in single quotes are literal and may span lines; values in
+    double quotes may span lines and understand ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``;
+    unquoted values end at the line's end or at `` #``, with surrounding spaces removed. A bare
+    ``NAME`` is present and empty (ADR-0126 D2: an empty value is invalid, not a miss). Nothing is
+    interpolated. A missing file is empty; a malformed one is an error naming the file and line.
+    """
+    path = pathlib.Path(path)
+    label = path.name
+    problem = None
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        return {}
+    except UnicodeDecodeError:
+        problem = "is not UTF-8 text"
+    except OSError:
+        problem = "could not be read"
+    if problem:
+        raise invalid(f"{label}: {problem}")
+    return _parse_dotenv(text, label)
+
+
+_DOTENV_NAME = re.compile(r"[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.-]*)[ \t]*")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "$": "$"}
+
+
+def _parse_dotenv(text, label):
+    values = {}
+    pos = 0
+    line = 1
+    size = len(text)
+    while pos < size:
+        end_of_line = text.find("\n", pos)
+        if end_of_line == -1:
+            end_of_line = size
+        raw = text[pos:end_of_line]
+        stripped = raw.strip()
+        if not stripped or stripped.startswith("#"):
+            pos = end_of_line + 1
+            line += 1
+            continue
+        match = _DOTENV_NAME.match(text, pos, end_of_line)
+        if match is None:
+            raise invalid(f"{label} line {line}: expected NAME=value")
+        name = match.group(1)
+        pos = match.end()
+        if pos >= end_of_line or text[pos] == "#":
+            # A bare NAME (or NAME and a comment): present and empty.
+            values[name] = ""
+            pos = end_of_line + 1
+            line += 1
+            continue
+        if text[pos] != "=":
+            raise invalid(f"{label} line {line}: expected NAME=value")
+        pos += 1
+        while pos < end_of_line and text[pos] in " \t":
+            pos += 1
+        start_line = line
+        quote = text[pos] if pos < end_of_line else ""
+        if quote in ("'", '"'):
+            value, pos = _quoted(text, pos + 1, quote)
+            if pos is None:
+                raise invalid(f"{label} line {start_line}: a quoted value is never closed")
+            line += text.count("\n", match.start(), pos)
+            rest_end = text.find("\n", pos)
+            rest_end = size if rest_end == -1 else rest_end
+            rest = text[pos:rest_end].strip()
+            if rest and not rest.startswith("#"):
+                raise invalid(f"{label} line {line}: unexpected text after a quoted value")
+            pos = rest_end + 1
+        else:
+            value = text[pos:end_of_line]
+            comment = re.search(r"[ \t]#", value)
+            if comment:
+                value = value[: comment.start()]
+            value = value.strip()
+            pos = end_of_line + 1
+        values[name] = value
+        line += 1
+    return values
+
+
+def _quoted(text, pos, quote):
+    """Read a quoted value starting after its opening quote; returns (value, position after)."""
+    if quote == "'":
+        close = text.find("'", pos)
+        if close == -1:
+            return None, None
+        return text[pos:close], close + 1
+    out = []
+    while pos < len(text):
+        char = text[pos]
+        if char == '"':
+            return "".join(out), pos + 1
+        if char == "\\" and pos + 1 < len(text) and text[pos + 1] in _ESCAPES:
+            out.append(_ESCAPES[text[pos + 1]])
+            pos += 2
+            continue
+        out.append(char)
+        pos += 1
+    return None, None
+
+
+def llm_user_dir():
+    """``llm.user_dir()``'s path without creating it (``paths.user_dir()`` creates it with the
+    umask's mode), so ``save_accounts_file`` can create it 0700."""
+    configured = os.environ.get("LLM_USER_PATH")
+    if configured:
+        return pathlib.Path(configured)
+    import click
+
+    return pathlib.Path(click.get_app_dir("io.datasette.llm"))
+
+
+def accounts_file_path():
+    return llm_user_dir() / ACCOUNTS_FILE
+
+
+def read_accounts_file(path=None):
+    """``(accounts, lookup)`` from accounts.json; ``accounts`` is None when the file declares none.
+
+    The file is ``{"accounts": [...], "lookup": ["argv", "{name}"]}``, either key optional.
+    """
+    path = pathlib.Path(path) if path else accounts_file_path()
+    problem = None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, None
+    except UnicodeDecodeError:
+        problem = "is not UTF-8 text"
+    except OSError:
+        problem = "could not be read"
+    if problem:
+        raise invalid(f"{ACCOUNTS_FILE}: {problem}; fix or remove {path}")
+    data = loads(text, ACCOUNTS_FILE)
+    if not isinstance(data, dict):
+        raise invalid(f'{ACCOUNTS_FILE}: must be a JSON object with "accounts" and/or "lookup"')
+    if any(key not in ("accounts", "lookup") for key in data):
+        raise invalid(
+            f"{ACCOUNTS_FILE}: unknown top-level field; allowed fields are accounts, lookup"
+        )
+    accounts = parse_accounts(data["accounts"], ACCOUNTS_FILE) if "accounts" in data else None
+    lookup = parse_lookup(data["lookup"]) if "lookup" in data else None
+    return accounts, lookup
+
+
+def overriding_source(*, environ=None, cwd=None):
+    """The source above accounts.json that is present here, or None (its validity aside)."""
+    environ = os.environ if environ is None else environ
+    if VARIABLE in environ:
+        return "environment"
+    cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
+    for filename in DOTENV_FILES:
+        if VARIABLE in read_dotenv(cwd / filename):
+            return filename
+    return None
+
+
+def load_declaration(*, environ=None, cwd=None):
+    """The declaration in force for this process and working directory (design.md "Environment")."""
+    environ = os.environ if environ is None else environ
+    cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
+    file_accounts, lookup = read_accounts_file()
+    if VARIABLE in environ:
+        return Declaration(parse_accounts(environ[VARIABLE], "environment"), "environment", lookup)
+    for filename in DOTENV_FILES:
+        values = read_dotenv(cwd / filename)
+        if VARIABLE in values:
+            return Declaration(parse_accounts(values[VARIABLE], filename), filename, lookup)
+    if file_accounts is not None:
+        return Declaration(file_accounts, ACCOUNTS_FILE, lookup)
+    return Declaration((), None, lookup)
+
+
+def usd_text(nusd):
+    """Nanodollars as the shortest exact decimal string with at least two places: "12.50"."""
+    whole, frac = divmod(nusd, NANO)
+    digits = f"{frac:09d}".rstrip("0").ljust(2, "0")
+    return f"{whole}.{digits}"
+
+
+def account_to_json(account):
+    """The declaration object for ``account``, defaults left out; parses back to an equal Account."""
+    data = {
+        "name": account.name,
+        "key_env": account.key_env,
+        "budget_usd": usd_text(account.budget_nusd),
+    }
+    if account.daily_budget_nusd is not None:
+        data["daily_budget_usd"] = usd_text(account.daily_budget_nusd)
+    if account.rank != 0:
+        data["rank"] = account.rank
+    if account.weight != 1:
+        data["weight"] = account.weight
+    if account.models is not None:
+        data["models"] = list(account.models)
+    return data
+
+
+def save_accounts_file(accounts, lookup):
+    """Write accounts.json: validated first, then atomically (temp file + ``os.replace``), 0600.
+
+    No accounts leaves "accounts" out (nothing declared). The llm user directory is created 0700
+    if it does not exist yet. The result is validated by parsing it back, so a file this writes
+    always loads.
+    """
+    data = {}
+    if accounts:
+        data["accounts"] = [account_to_json(account) for account in accounts]
+        parse_accounts(data["accounts"], ACCOUNTS_FILE)
+    if lookup is not None:
+        data["lookup"] = list(lookup)
+        parse_lookup(data["lookup"])
+    directory = llm_user_dir()
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path = directory / ACCOUNTS_FILE
+    text = json.dumps(data, indent=2) + "\n"
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".accounts.", suffix=".json.tmp")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+# The edits ``llm accounts add/remove/lookup`` make. They change accounts.json only: a higher
+# source (see ``overriding_source``) still replaces it wherever that source is present.
+
+
+def add_account(account, *, replace=False):
+    """Add ``account`` to accounts.json, or replace the one of that name.
+
+    Returns ``(path, replaced)``.
+
+    ADR-0126 D1: a name is one budget allocation with one immutable key reference, so replacing
+    an account may change its budgets, rank, weight and models but not its key_env.
+    """
+    accounts, lookup = read_accounts_file()
+    accounts = list(accounts or ())
+    existing = next((i for i, a in enumerate(accounts) if a.name == account.name), None)
+    if existing is None:
+        accounts.append(account)
+    elif not replace:
+        raise invalid(
+            f"NAME: an account named {account.name} already exists; use --replace to change it, or choose another name"
+        )
+    elif accounts[existing].key_env != account.key_env:
+        raise AccountsError(
+            "account_config_conflict",
+            f"account {account.name} uses another key_env; an account keeps its key_env for life (ADR-0126 D1), so declare a new account for a different key",
+            account=account.name,
+        )
+    else:
+        accounts[existing] = account
+    for other in accounts:
+        if other.name != account.name and other.key_env == account.key_env:
+            raise invalid(
+                f"--key-env: account {other.name} already uses this key_env; each account needs its own key"
+            )
+    return save_accounts_file(accounts, lookup), existing is not None
+
+
+def remove_account(name):
+    """Remove the account ``name`` from accounts.json; returns the file path."""
+    name = _name(name, "NAME")
+    accounts, lookup = read_accounts_file()
+    remaining = [a for a in accounts or () if a.name != name]
+    if len(remaining) == len(accounts or ()):
+        raise invalid(f"NAME: no account named {name} in {ACCOUNTS_FILE}; see 'llm accounts list'")
+    return save_accounts_file(remaining, lookup)
+
+
+def set_lookup(argv):
+    """Set (``argv``) or clear (``None``) the secret lookup command in accounts.json."""
+    lookup = parse_lookup(list(argv), "COMMAND", "") if argv is not None else None
+    accounts, _ = read_accounts_file()
+    return save_accounts_file(accounts or (), lookup)

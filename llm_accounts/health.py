@@ -1,0 +1,203 @@
+"""Per-account health: a class-aware cooldown breaker with one half-open probe.
+
+Pure functions over a small ``Health`` record (one ``health`` row); the ledger reads the row,
+calls these inside its transaction, and writes what they return. ``None`` means "write nothing":
+the row changes only on a change of state or class (design.md "Failure classes and health",
+provider-daily-budget-and-health "written only on a state change").
+
+The rules, from ADR-0029 sections 3-5 and design.md:
+
+- Seven failure classes. ``semantic`` (the model answered, the work was wrong) never touches
+  health; an unrecognised failure is ``semantic``, never "unavailable".
+- Each class has its own dwell: a credit cap is proven by one response and is not re-proven for
+  an hour, a 429 is re-probed in a minute, and transport noise needs a run of three failures
+  before it costs an account its place.
+- ``auth`` blocks the account until ``llm accounts unblock`` (the ledger sets the block; a
+  restart never clears it), so it has no dwell.
+- After the dwell exactly one attempt is admitted as the half-open probe. Its success clears the
+  failure; its failure starts a new dwell. A probe whose process died is given up after
+  ``PROBE_LEASE`` so the account cannot stay cooling forever.
+- A success supersedes an older failure (ADR-0029 section 5), whichever attempt it came from.
+"""
+
+import dataclasses
+import datetime as dt
+
+#: Classes that say something about the account (ADR-0029 section 3).
+HEALTH_CLASSES = (
+    "quota_exhausted",
+    "rate_limited",
+    "auth",
+    "provider_outage",
+    "model_unavailable",
+    "transport",
+)
+FAILURE_CLASSES = HEALTH_CLASSES + ("semantic",)
+
+DWELL = {
+    "quota_exhausted": dt.timedelta(hours=1),
+    "rate_limited": dt.timedelta(seconds=60),
+    "provider_outage": dt.timedelta(seconds=30),
+    "model_unavailable": dt.timedelta(minutes=10),
+    "transport": dt.timedelta(seconds=30),
+}
+#: Consecutive transport failures before the account starts cooling.
+TRANSPORT_RUN = 3
+#: How long an unsettled probe holds the half-open slot (its process may have died).
+PROBE_LEASE = dt.timedelta(minutes=10)
+#: A healthy account's ``last_success_at`` is refreshed at most this often.
+SUCCESS_REFRESH = dt.timedelta(minutes=10)
+
+#: The routed error code a cooling account refuses a bound conversation with.
+COOLING_CODES = {
+    "quota_exhausted": "budget_exhausted",
+    "rate_limited": "rate_limited",
+    "provider_outage": "provider_error",
+    "model_unavailable": "request_rejected",
+    "transport": "transport_error",
+    "auth": "auth_failed",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Health:
+    """One account's health row. Times are aware UTC datetimes or ``None``.
+
+    With ``state == "ok"``, ``failure_class`` and ``http_status`` keep the last failure as
+    history, and ``transport_failures`` counts a run of transport failures still below
+    ``TRANSPORT_RUN``.
+    """
+
+    state: str = "ok"
+    failure_class: str | None = None
+    http_status: int | None = None
+    since: dt.datetime | None = None
+    last_failure_at: dt.datetime | None = None
+    last_success_at: dt.datetime | None = None
+    cooldown_until: dt.datetime | None = None
+    probe_attempt_id: str | None = None
+    transport_failures: int = 0
+
+
+def probe_outstanding(health, probe_open, probe_created_at, now):
+    """Whether the half-open slot is taken: its attempt is still open and within the lease."""
+    if health is None or health.probe_attempt_id is None or not probe_open:
+        return False
+    if probe_created_at is None:
+        return False
+    return now - probe_created_at < PROBE_LEASE
+
+
+def gate(health, now, probe_taken=False):
+    """May a new attempt go to this account? One of:
+
+    ``"open"`` (healthy), ``"probe"`` (cooldown over, slot free: admit as the probe),
+    ``"cooling"`` (dwell not over, or another attempt holds the probe) or ``"blocked"`` (auth).
+    """
+    if health is None or health.state == "ok":
+        return "open"
+    if health.failure_class == "auth":
+        return "blocked"
+    if health.cooldown_until is not None and now < health.cooldown_until:
+        return "cooling"
+    return "cooling" if probe_taken else "probe"
+
+
+def view(health, now, probe_taken=False):
+    """The state people see in ``llm accounts status``: ok, cooling, probe_due, probing, auth_failed."""
+    verdict = gate(health, now, probe_taken)
+    if verdict == "open":
+        return "ok"
+    if verdict == "blocked":
+        return "auth_failed"
+    if verdict == "probe":
+        return "probe_due"
+    past_dwell = health.cooldown_until is None or now >= health.cooldown_until
+    return "probing" if past_dwell and probe_taken else "cooling"
+
+
+def start_probe(health, attempt_id):
+    return dataclasses.replace(health, probe_attempt_id=attempt_id)
+
+
+def _failing(health, failure_class, http_status, now, since):
+    dwell = DWELL.get(failure_class)
+    return Health(
+        state="failing",
+        failure_class=failure_class,
+        http_status=http_status,
+        since=since,
+        last_failure_at=now,
+        last_success_at=health.last_success_at,
+        cooldown_until=None if dwell is None else now + dwell,
+        probe_attempt_id=None,
+        transport_failures=0,
+    )
+
+
+def record_failure(health, failure_class, http_status, now, attempt_id):
+    """The row after a failed attempt of ``failure_class``, or ``None`` when nothing changes."""
+    if failure_class not in HEALTH_CLASSES:
+        return None
+    health = health or Health()
+    if health.state == "ok":
+        if failure_class == "transport" and health.transport_failures + 1 < TRANSPORT_RUN:
+            return dataclasses.replace(
+                health,
+                failure_class="transport",
+                http_status=http_status,
+                last_failure_at=now,
+                transport_failures=health.transport_failures + 1,
+            )
+        return _failing(health, failure_class, http_status, now, since=now)
+    if health.failure_class == "auth":
+        # Blocked until unblock; later failures add nothing.
+        return None
+    if failure_class == "auth":
+        return _failing(health, "auth", http_status, now, since=health.since or now)
+    was_probe = attempt_id is not None and attempt_id == health.probe_attempt_id
+    past_dwell = health.cooldown_until is None or now >= health.cooldown_until
+    if was_probe or past_dwell:
+        # The half-open probe (or any attempt after the dwell) failed: a new dwell.
+        return _failing(health, failure_class, http_status, now, since=health.since or now)
+    if failure_class == health.failure_class or failure_class == "transport":
+        # Still cooling for the same reason; transport noise never overrides a stronger class.
+        return None
+    changed = _failing(health, failure_class, http_status, now, since=health.since or now)
+    # A class change never shortens a dwell already running.
+    cooldown = max(health.cooldown_until, changed.cooldown_until)
+    return dataclasses.replace(changed, cooldown_until=cooldown, probe_attempt_id=health.probe_attempt_id)
+
+
+def record_success(health, now):
+    """The row after a complete attempt: a success supersedes any older failure."""
+    if health is None:
+        return Health(state="ok", since=now, last_success_at=now)
+    if health.state != "ok" or health.transport_failures or health.probe_attempt_id:
+        return Health(
+            state="ok",
+            failure_class=health.failure_class,
+            http_status=health.http_status,
+            since=now,
+            last_failure_at=health.last_failure_at,
+            last_success_at=now,
+        )
+    if health.last_success_at is None or now - health.last_success_at >= SUCCESS_REFRESH:
+        return dataclasses.replace(health, last_success_at=now)
+    return None
+
+
+def release_probe(health, attempt_id):
+    """The probe ended without a verdict (not sent, cancelled, semantic): free the slot."""
+    if health is not None and attempt_id is not None and health.probe_attempt_id == attempt_id:
+        return dataclasses.replace(health, probe_attempt_id=None)
+    return None
+
+
+def clear_auth(health, now):
+    """``llm accounts unblock`` ends an auth failure: the account is healthy until it fails again."""
+    if health is not None and health.state == "failing" and health.failure_class == "auth":
+        return dataclasses.replace(
+            health, state="ok", since=now, cooldown_until=None, probe_attempt_id=None
+        )
+    return None

@@ -1,0 +1,244 @@
+"""Strict key resolution for one account's ``key_env`` (design.md "Key resolution", ADR-0126 D2).
+
+The name is used unchanged at every step, in this order, and the first step that has it decides:
+
+1. the process environment (present wins, even if empty or invalid);
+2. ``.env.local`` then ``.env`` in the working directory (present but empty is invalid, not a miss);
+3. the ``llm keys`` entry of exactly that name (keys.json, read directly: ``llm.get_key(input=...)``
+   would take an unknown name as a literal key);
+4. the secret lookup command configured in accounts.json, run for that name only.
+
+Nothing found is ``credential_missing``. There is no fallback to another name, to
+``ANTHROPIC_API_KEY`` or to another account. A key never enters ``os.environ``, a child's
+environment, a log, an exception or a repr; errors name the variable and the step, never a value,
+a length or a fingerprint.
+"""
+
+import json
+import os
+import pathlib
+import selectors
+import signal
+import subprocess
+import time
+
+from .declarations import DOTENV_FILES, KEY_ENV_RULE, llm_user_dir, looks_like_key, read_dotenv
+from .errors import AccountsError
+
+LOOKUP_TIMEOUT = 15.0  # seconds (ADR-0126 D2)
+LOOKUP_OUTPUT_LIMIT = 1025  # bytes: the longest key plus one newline
+MIN_KEY, MAX_KEY = 8, 1024
+
+
+class Secret:
+    """A key held for one attempt. ``repr``/``str`` never show it and it refuses to be pickled;
+    ``reveal()`` returns it, for building one request header and nothing else."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value):
+        self._value = value
+
+    def reveal(self):
+        return self._value
+
+    def __repr__(self):
+        return "Secret('**********')"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        raise TypeError("a Secret cannot be serialized")
+
+
+def _error(code, message, account):
+    return AccountsError(code, message, account=account)
+
+
+def _accept(value, key_env, where, account):
+    """ADR-0126 D2: 8-1,024 printable ASCII characters without spaces, not the name itself."""
+    if value == "":
+        raise _error(
+            "credential_invalid",
+            f"{key_env} is set but empty in {where}; put the account's API key there or remove the empty entry",
+            account,
+        )
+    if value == key_env:
+        raise _error(
+            "credential_invalid",
+            f"{key_env} in {where} holds its own name instead of a key; put the account's API key there",
+            account,
+        )
+    if not MIN_KEY <= len(value) <= MAX_KEY or not all("\x21" <= char <= "\x7e" for char in value):
+        raise _error(
+            "credential_invalid",
+            f"{key_env} in {where} is not a valid API key (a key is 8 to 1,024 printable ASCII characters, no spaces or newlines)",
+            account,
+        )
+    return Secret(value)
+
+
+def _keys_json(key_env, account):
+    """The ``llm keys`` entry of exactly ``key_env``, or None. The file holds every stored key, so
+    its parser's errors (which quote the document) are never raised or chained."""
+    path = llm_user_dir() / "keys.json"
+    problem = None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError):
+        problem = "could not be read"
+    if problem is None:
+        try:
+            stored = json.loads(text)
+        except (ValueError, RecursionError):
+            problem = "is not valid JSON"
+    if problem:
+        raise _error(
+            "credential_lookup_failed",
+            f"llm's keys.json {problem}; check it with 'llm keys path'",
+            account,
+        )
+    if not isinstance(stored, dict) or key_env not in stored:
+        return None
+    value = stored[key_env]
+    if not isinstance(value, str):
+        raise _error(
+            "credential_invalid", f"the 'llm keys' entry {key_env} is not a string", account
+        )
+    return value
+
+
+def lookup_environment(declaration, environ):
+    """The lookup child's environment: no declared account's key_env, no ``ANTHROPIC_API_KEY``,
+    and (defence in depth) nothing whose value looks like an Anthropic key (ADR-0126 D2)."""
+    withheld = {account.key_env for account in declaration.accounts} | {"ANTHROPIC_API_KEY"}
+    return {
+        name: value
+        for name, value in environ.items()
+        if name not in withheld and not looks_like_key(value)
+    }
+
+
+def run_lookup(template, key_env, declaration, environ, timeout, account=None):
+    """Run the lookup command for one name; returns its output with one trailing newline removed.
+
+    No shell; ``{name}`` in each argument is replaced by ``key_env``; stdin is empty, stderr is
+    discarded, stdout is read up to ``LOOKUP_OUTPUT_LIMIT`` bytes, the whole run is bounded by
+    ``timeout``. Failures name the step, never argv, output or the OS error (which can quote them).
+    """
+    argv = [part.replace("{name}", key_env) for part in template]
+
+    def failed(why):
+        return _error(
+            "credential_lookup_failed", f"the secret lookup command for {key_env} {why}", account
+        )
+
+    problem = None
+    try:
+        process = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=lookup_environment(declaration, environ),
+            close_fds=True,
+            start_new_session=True,  # so a timeout can end the command's own children too
+        )
+    except FileNotFoundError:
+        problem = "could not be started: program not found (set it with 'llm accounts lookup set')"
+    except OSError:
+        problem = "could not be started"
+    if problem:
+        raise failed(problem)
+
+    deadline = time.monotonic() + timeout
+    output, outcome = _read_bounded(process, deadline)
+    if outcome is None:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            outcome = "timeout"
+    if outcome is not None:
+        _kill(process)
+        if outcome == "timeout":
+            raise failed(f"did not finish within {timeout:g} seconds")
+        raise failed(f"printed too much (more than {LOOKUP_OUTPUT_LIMIT:,} bytes)")
+    if process.returncode != 0:
+        raise failed(f"failed (exit status {process.returncode})")
+    if output.endswith(b"\r\n"):
+        output = output[:-2]
+    elif output.endswith(b"\n"):
+        output = output[:-1]
+    return output
+
+
+def _read_bounded(process, deadline):
+    """Read stdout to EOF; ``(bytes, None)``, or ``(None, "timeout" | "too_much")``."""
+    chunks = []
+    size = 0
+    stream = process.stdout
+    with selectors.DefaultSelector() as selector:
+        selector.register(stream, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not selector.select(remaining):
+                return None, "timeout"
+            chunk = os.read(stream.fileno(), LOOKUP_OUTPUT_LIMIT + 1 - size)
+            if not chunk:
+                stream.close()
+                return b"".join(chunks), None
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > LOOKUP_OUTPUT_LIMIT:
+                chunks.clear()
+                return None, "too_much"
+
+
+def _kill(process):
+    """End the command and anything it started (its own session), then reap it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        process.kill()
+    process.wait()
+    if process.stdout and not process.stdout.closed:
+        process.stdout.close()
+
+
+def resolve_key(key_env, declaration, *, environ=None, cwd=None, lookup_timeout=LOOKUP_TIMEOUT):
+    """Resolve ``key_env`` to a ``Secret``, strictly, for one attempt (ADR-0126 D2)."""
+    if (
+        not isinstance(key_env, str)
+        or not KEY_ENV_RULE.fullmatch(key_env)
+        or looks_like_key(key_env)
+    ):
+        raise AccountsError("declaration_invalid", "key_env: not a valid variable name")
+    account = next((a.name for a in declaration.accounts if a.key_env == key_env), None)
+    environ = os.environ if environ is None else environ
+    if key_env in environ:
+        return _accept(environ[key_env], key_env, "the environment", account)
+    cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
+    for filename in DOTENV_FILES:
+        values = read_dotenv(cwd / filename)
+        if key_env in values:
+            return _accept(values[key_env], key_env, filename, account)
+    stored = _keys_json(key_env, account)
+    if stored is not None:
+        return _accept(stored, key_env, "'llm keys'", account)
+    if declaration.lookup:
+        output = run_lookup(
+            declaration.lookup, key_env, declaration, environ, lookup_timeout, account
+        )
+        # latin-1 maps every byte to one character, so _accept's ASCII rule judges the bytes.
+        return _accept(
+            output.decode("latin-1"), key_env, "the secret lookup command's output", account
+        )
+    raise _error(
+        "credential_missing",
+        f"no key for {key_env}: looked in the environment, .env.local, .env, 'llm keys'"
+        + (" and the secret lookup command" if declaration.lookup else "")
+        + f"; set {key_env} in the environment or .env, or run 'llm keys set {key_env}'",
+        account,
+    )

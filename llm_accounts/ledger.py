@@ -1,0 +1,1598 @@
+"""The SQLite ledger: atomic admission, price ceilings, settlement, credit months (ADR-0126 D3-D6).
+
+Every operation is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection
+(rollback journal, ``synchronous=FULL``, foreign keys on). SQLite's own file lock serializes
+writers across processes, so "read the totals, check ``S + R + C <= B``, insert the attempt" can
+never interleave with another process's admission: no read-check-write spans two transactions.
+A lock held past five seconds raises ``ledger_busy``; an unreadable or newer file raises
+``ledger_unavailable`` and is never reset, replaced or deleted.
+
+Money is integer nanodollars. Each ``month`` row keeps running totals of its attempts (settled
+costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
+changes an attempt, so admission reads one row per account instead of summing the month;
+``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
+
+Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
+header, key, key length or fingerprint.
+"""
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import logging
+import os
+import pathlib
+import re
+import sqlite3
+import threading
+import time
+import uuid
+
+from . import clock, health, paths, schema, selection
+from .errors import AccountsError
+from .money import INT64_MAX, usd
+
+log = logging.getLogger("llm_accounts.ledger")
+
+BUSY_TIMEOUT_S = 5.0  # SQLite lock wait (ADR-0126 D4)
+ADMISSION_TIMEOUT_S = 5.0  # worker-thread wait for async callers (Amendment 6)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# design.md "Attempt outcomes"
+OUTCOMES = frozenset(
+    {
+        "complete", "not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected",
+        "provider_error", "transport_error", "usage_incomplete", "stream_error", "stream_truncated",
+        "cancelled", "stream_closed",
+    }
+)
+# A documented 4xx or 529 refusal settles at zero with one of these.
+REFUSED_OUTCOMES = frozenset({"rate_limited", "overloaded", "auth_required", "request_rejected"})
+UNKNOWN_OUTCOMES = OUTCOMES - {"complete", "not_sent"}
+# The caller ended the request: says nothing about the account (Amendment 5 Decision 4).
+CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
+# design.md "Rejection classes" (Amendment 7)
+ERROR_TYPES = frozenset(
+    {
+        "invalid_request_error", "authentication_error", "billing_error", "permission_error",
+        "not_found_error", "conflict_error", "request_too_large", "rate_limit_error", "api_error",
+        "timeout_error", "overloaded_error", "other",
+    }
+)
+REJECTION_CLASSES = frozenset(
+    {
+        "credit_balance_too_low", "usage_limit_reached", "prompt_too_long", "max_tokens_too_large",
+        "tool_use_without_result", "tool_result_without_use", "thinking_budget_invalid",
+        "image_too_large", "other",
+    }
+)
+BLOCK_REASONS = frozenset({"auth_failed", "settlement_conflict", "ceiling_exceeded", "manual"})
+SCOPE_KINDS = frozenset({"conversation", "instance"})
+
+WARM_TTL = dt.timedelta(hours=1)  # Amendment 5 Decision 3: created_at + 3,600 s
+WARM_PURGE_MARGIN = dt.timedelta(hours=25)
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_PROVIDER = _NAME
+_KEY_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}")
+_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+_DIGEST = re.compile(r"[a-z0-9:]{16,128}")
+_CLIENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,63}")
+_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_USAGE_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
+_MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
+_SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The public value types
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
+    ``("instance", <uuid>)`` for a prompt with no conversation (design.md "Scope")."""
+
+    kind: str
+    id: str
+    provider: str = "anthropic"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """An admitted attempt: send it with ``account``'s key, then ``settle`` it by ``attempt_id``."""
+
+    attempt_id: str
+    scope: Scope
+    account: str
+    month_utc: str
+    day_utc: str
+    ceiling_nusd: int
+    new_binding: bool
+    probe: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Complete:
+    """Complete usage, priced by the caller at the served model's rates (ADR-0126 D5)."""
+
+    cost_nusd: int
+    usage: dict
+    served_model: str
+    request_id: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class NotSent:
+    """Proven never sent: settles at zero, outcome ``not_sent``. ``caller_cancelled`` is not stored;
+    it only keeps a caller's own cancellation from clearing warm prefixes (Amendment 5)."""
+
+    caller_cancelled: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Refused:
+    """A documented 4xx/529 error body: the provider refused before processing; settles at zero."""
+
+    outcome: str
+    http_status: int
+    provider_error_type: str
+    rejection_class: str
+    failure_class: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Unknown:
+    """No proof either way (5xx, broken stream, cancellation): the attempt stays open, keeping its
+    ceiling until reconciled (ADR-0126 D6)."""
+
+    outcome: str
+    failure_class: str | None = None
+    http_status: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class AccountStatus:
+    """One account's line in ``llm accounts status`` for the current credit period."""
+
+    name: str
+    declared: bool
+    key_env: str | None
+    rank: int | None
+    weight: int | None
+    month_utc: str
+    period_start: str
+    resets_at: str
+    budget_nusd: int | None
+    settled_nusd: int
+    adjustments_nusd: int
+    open_ceiling_nusd: int
+    open_attempts: int
+    remaining_nusd: int | None
+    daily_budget_nusd: int | None
+    today_settled_nusd: int
+    today_open_nusd: int
+    today_remaining_nusd: int | None
+    day_resets_at: str
+    health: str
+    failure_class: str | None
+    http_status: int | None
+    cooldown_until: str | None
+    last_success_at: str | None
+    last_failure_at: str | None
+    blocked_reason: str | None
+    blocked_at: str | None
+    config_conflict: bool
+
+    @property
+    def spent_nusd(self):
+        return self.settled_nusd + self.adjustments_nusd
+
+    def as_dict(self):
+        data = dataclasses.asdict(self)
+        data["spent_nusd"] = self.spent_nusd
+        return data
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: errors name the field and the rule, never the value.
+
+
+def _invalid(field, rule):
+    return AccountsError("declaration_invalid", f"{field}: {rule}")
+
+
+def _check(value, pattern, field, rule):
+    if not isinstance(value, str) or not pattern.fullmatch(value) or "sk-ant" in value.lower():
+        raise _invalid(field, rule)
+    return value
+
+
+def _check_id(value, field):
+    return _check(value, _ID, field, "must be 1-128 letters, digits, '_', '.', ':' or '-'")
+
+
+def _check_int(value, field, *, minimum=0, code="declaration_invalid"):
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT64_MAX:
+        raise AccountsError(code, f"{field}: must be an integer number of nanodollars from {minimum} to 2**63-1")
+    return value
+
+
+def _check_source(value):
+    if not isinstance(value, str) or not _SOURCE.fullmatch(value) or "sk-ant" in value.lower():
+        raise _invalid("source_ref", "must be 1-200 printable ASCII characters naming where the figure comes from (an invoice, a console page)")
+    return value
+
+
+def _check_month(value):
+    if not isinstance(value, str) or not _MONTH.fullmatch(value):
+        raise _invalid("month", "must be a credit period key YYYY-MM, such as 2026-11")
+    return value
+
+
+def _check_scope(scope):
+    if getattr(scope, "kind", None) not in SCOPE_KINDS:
+        raise _invalid("scope.kind", "must be 'conversation' or 'instance'")
+    _check_id(scope.id, "scope.id")
+    _check(scope.provider, _PROVIDER, "scope.provider", "must be a provider name such as 'anthropic'")
+    return scope
+
+
+def _check_quote(quote):
+    """A quote's validity is checked again inside admission (ADR-0126 D4): no integer ceiling,
+    no send. An unknown cost is never zero (ADR-0029 section 8)."""
+    ceiling = getattr(quote, "ceiling_nusd", None)
+    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= INT64_MAX:
+        raise AccountsError("unsupported_pricing", "the quote has no integer ceiling in nanodollars; nothing was sent")
+    for field, pattern in (
+        ("requested_model", _MODEL),
+        ("price_revision", _REVISION),
+        ("request_digest", _DIGEST),
+    ):
+        value = getattr(quote, field, None)
+        if not isinstance(value, str) or not pattern.fullmatch(value):
+            raise AccountsError("unsupported_pricing", f"quote.{field}: missing or malformed; nothing was sent")
+    cert = getattr(quote, "cert", None)
+    if cert is not None:
+        _check_id(cert, "quote.cert")
+    return quote
+
+
+def _check_account(account, field="account"):
+    name = _check(getattr(account, "name", None), _NAME, f"{field}.name", "must match [a-z][a-z0-9_-]{0,31}")
+    _check(getattr(account, "key_env", None), _KEY_ENV, f"{name}.key_env", "must be an environment variable name")
+    _check_int(getattr(account, "budget_nusd", None), f"{name}.budget_nusd", minimum=1)
+    daily = getattr(account, "daily_budget_nusd", None)
+    if daily is not None:
+        _check_int(daily, f"{name}.daily_budget_nusd", minimum=1)
+    rank, weight = getattr(account, "rank", 0), getattr(account, "weight", 1)
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
+        raise _invalid(f"{name}.rank", "must be an integer >= 0")
+    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+        raise _invalid(f"{name}.weight", "must be an integer >= 1")
+    return account
+
+
+def _declared(accounts):
+    declared = {}
+    for account in accounts or ():
+        _check_account(account)
+        if account.name in declared:
+            raise _invalid(f"{account.name}.name", "declared twice")
+        declared[account.name] = account
+    return declared
+
+
+def _account_ref(account):
+    """``account`` is a name or an Account-like; an Account-like can create the ledger's row."""
+    if isinstance(account, str):
+        return _check(account, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}"), None
+    _check_account(account)
+    return account.name, account
+
+
+def _clean_usage(usage):
+    """Numeric usage only (ADR-0126 D4): non-negative integers, one level of nesting, short keys.
+    Text such as ``service_tier`` is dropped, so nothing the provider wrote is stored."""
+    if not isinstance(usage, dict):
+        raise _invalid("usage", "must be a dict of token counts")
+    clean = {}
+    for key, value in usage.items():
+        if not isinstance(key, str) or not _USAGE_KEY.fullmatch(key):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX:
+            clean[key] = value
+        elif isinstance(value, dict):
+            inner = {
+                k: v
+                for k, v in value.items()
+                if isinstance(k, str) and _USAGE_KEY.fullmatch(k)
+                and isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX
+            }
+            if inner:
+                clean[key] = inner
+    return clean
+
+
+def _tokens(usage, key, inner=None):
+    value = usage.get(key)
+    if inner is not None:
+        value = value.get(inner) if isinstance(value, dict) else None
+    return value if isinstance(value, int) else 0
+
+
+def _check_evidence(evidence):
+    if isinstance(evidence, Complete):
+        _check_int(evidence.cost_nusd, "cost_nusd")
+        _check(evidence.served_model, _MODEL, "served_model", "must be a model id")
+        return {
+            "outcome": "complete",
+            "cost_nusd": evidence.cost_nusd,
+            "served_model": evidence.served_model,
+            "usage_json": json.dumps(_clean_usage(evidence.usage), sort_keys=True, separators=(",", ":")),
+            "request_id": evidence.request_id
+            if isinstance(evidence.request_id, str) and _REQUEST_ID.fullmatch(evidence.request_id)
+            and "sk-ant" not in evidence.request_id.lower()
+            else None,
+        }
+    if isinstance(evidence, NotSent):
+        return {"outcome": "not_sent", "cost_nusd": 0}
+    if isinstance(evidence, Refused):
+        if evidence.outcome not in REFUSED_OUTCOMES:
+            raise _invalid("outcome", "a refusal is rate_limited, overloaded, auth_required or request_rejected")
+        if isinstance(evidence.http_status, bool) or not isinstance(evidence.http_status, int) or not (
+            400 <= evidence.http_status <= 499 or evidence.http_status == 529
+        ):
+            raise _invalid("http_status", "a documented refusal is a 4xx or 529")
+        if evidence.provider_error_type not in ERROR_TYPES:
+            raise _invalid("provider_error_type", "must be a documented error.type or 'other'")
+        if evidence.rejection_class not in REJECTION_CLASSES:
+            raise _invalid("rejection_class", "must be a rejection class or 'other'")
+        if evidence.failure_class not in health.FAILURE_CLASSES:
+            raise _invalid("failure_class", "must be a failure class")
+        return {
+            "outcome": evidence.outcome,
+            "cost_nusd": 0,
+            "http_status": evidence.http_status,
+            "provider_error_type": evidence.provider_error_type,
+            "rejection_class": evidence.rejection_class,
+            "failure_class": evidence.failure_class,
+        }
+    if isinstance(evidence, Unknown):
+        if evidence.outcome not in UNKNOWN_OUTCOMES:
+            raise _invalid("outcome", "an unknown outcome is one of design.md's outcomes other than complete and not_sent")
+        if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
+            raise _invalid("failure_class", "must be a failure class")
+        status = evidence.http_status
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
+            raise _invalid("http_status", "must be an HTTP status code")
+        return None
+    raise _invalid("evidence", "must be Complete, NotSent, Refused or Unknown")
+
+
+# ---------------------------------------------------------------------------------------------
+# Messages
+
+
+def _money(nusd):
+    return usd(nusd, 2) if nusd % 10_000_000 == 0 else usd(nusd, 6)
+
+
+def _when(t):
+    return t.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _busy():
+    return AccountsError(
+        "ledger_busy",
+        f"the ledger stayed locked by another process for {BUSY_TIMEOUT_S:g} s; nothing was sent, try again",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# What the ledger knows about one account in one month, read in one statement.
+
+_FACTS_SQL = """
+SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
+       m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
+       m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
+       (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
+         WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
+       (SELECT COUNT(*) FROM attempt o WHERE o.state = 'open'
+         AND o.provider = a.provider AND o.account = a.name AND o.month_utc = :month) AS open_attempts,
+       h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
+       h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
+       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe,
+       h.transport_failures AS h_transport, p.state AS probe_state, p.created_at AS probe_created_at
+FROM account a
+LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
+LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
+LEFT JOIN attempt p ON p.id = h.probe_attempt_id
+WHERE a.provider = :provider
+"""
+
+
+def _health_from(row, prefix="h_"):
+    if row[f"{prefix}state"] is None:
+        return None
+    return health.Health(
+        state=row[f"{prefix}state"],
+        failure_class=row[f"{prefix}class"],
+        http_status=row[f"{prefix}status"],
+        since=selection.parse_time(row[f"{prefix}since"]),
+        last_failure_at=selection.parse_time(row[f"{prefix}last_failure_at"]),
+        last_success_at=selection.parse_time(row[f"{prefix}last_success_at"]),
+        cooldown_until=selection.parse_time(row[f"{prefix}cooldown_until"]),
+        probe_attempt_id=row[f"{prefix}probe"],
+        transport_failures=row[f"{prefix}transport"] or 0,
+    )
+
+
+def _iso(t):
+    return None if t is None else clock.isoformat(t)
+
+
+@dataclasses.dataclass
+class _Facts:
+    name: str
+    key_env: str | None = None
+    rank: int | None = None
+    weight: int | None = None
+    block_reason: str | None = None
+    blocked_at: str | None = None
+    month_row: bool = False
+    budget_nusd: int | None = None
+    daily_budget_nusd: int | None = None
+    month_key_env: str | None = None
+    settled_nusd: int = 0
+    open_nusd: int = 0
+    day_utc: str | None = None
+    day_settled_nusd: int = 0
+    day_open_nusd: int = 0
+    adjusted_nusd: int = 0
+    open_attempts: int = 0
+    health: health.Health | None = None
+    probe_taken: bool = False
+    in_ledger: bool = False
+
+    @classmethod
+    def from_row(cls, row, now):
+        h = _health_from(row)
+        return cls(
+            name=row["name"],
+            key_env=row["key_env"],
+            rank=row["rank"],
+            weight=row["weight"],
+            block_reason=row["block_reason"],
+            blocked_at=row["blocked_at"],
+            month_row=row["budget_nusd"] is not None,
+            budget_nusd=row["budget_nusd"],
+            daily_budget_nusd=row["daily_budget_nusd"],
+            month_key_env=row["month_key_env"],
+            settled_nusd=row["settled_nusd"] or 0,
+            open_nusd=row["open_nusd"] or 0,
+            day_utc=row["day_utc"],
+            day_settled_nusd=row["day_settled_nusd"] or 0,
+            day_open_nusd=row["day_open_nusd"] or 0,
+            adjusted_nusd=row["adjusted_nusd"],
+            open_attempts=row["open_attempts"],
+            health=h,
+            probe_taken=health.probe_outstanding(
+                h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
+            ),
+            in_ledger=True,
+        )
+
+    @property
+    def spent_nusd(self):
+        return self.settled_nusd + self.adjusted_nusd
+
+
+@dataclasses.dataclass
+class _Verdict:
+    """Whether one account may take this attempt, and the numbers behind the answer."""
+
+    account: object
+    facts: _Facts
+    code: str | None = None
+    message: str | None = None
+    probe: bool = False
+    budget_nusd: int = 0
+
+
+class _Deferred:
+    """Commit the transaction's writes (a block), then raise ``error``."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+_requested = threading.local()
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class Ledger:
+    """The ledger file. One connection per instance, serialized by a lock so worker threads can
+    share it; processes coordinate through SQLite's file lock."""
+
+    def __init__(self, path=None):
+        self.path = pathlib.Path(path) if path is not None else paths.ledger_path()
+        self._lock = threading.Lock()
+        self._conn = None
+        self._run("open", self._open, transaction=False)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def close(self):
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _unavailable(self, why):
+        return AccountsError(
+            "ledger_unavailable", f"{self.path}: {why}; the file was left as it is (nothing is ever reset or deleted)"
+        )
+
+    def _map(self, error):
+        text = str(error)
+        if isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+            return _busy()
+        return self._unavailable(f"SQLite refused it ({text})")
+
+    def _run(self, op, fn, *args, write=True, transaction=True):
+        """Run ``fn(conn, *args)`` in one transaction; log one DEBUG event (Amendment 6)."""
+        first_line = time.perf_counter()
+        requested = getattr(_requested, "at", None)
+        _requested.at = None
+        outcome = "committed"
+        try:
+            with self._lock:
+                return self._transaction(fn, args, write) if transaction else fn(*args)
+        except AccountsError as error:
+            outcome = error.code
+            raise
+        except BaseException as error:
+            outcome = type(error).__name__
+            raise
+        finally:
+            if log.isEnabledFor(logging.DEBUG):
+                _log_event(op, outcome, first_line - (requested or first_line), time.perf_counter() - first_line)
+
+    def _transaction(self, fn, args, write):
+        conn = self._conn
+        if conn is None:
+            raise self._unavailable("the ledger is closed")
+        try:
+            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.Error as error:
+            raise self._map(error) from None
+        try:
+            result = fn(conn, *args)
+            conn.execute("COMMIT")
+        except BaseException as error:
+            if conn.in_transaction:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+            if isinstance(error, sqlite3.Error):
+                raise self._map(error) from None
+            raise
+        if isinstance(result, _Deferred):
+            raise result.error
+        return result
+
+    # -- opening and migrating -----------------------------------------------------------------
+
+    def _open(self):
+        path = self.path
+        if path.exists() and not path.is_file():
+            raise self._unavailable("not a file")
+        if not path.parent.exists():
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(path.parent, 0o700)
+        if not path.exists():
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            except FileExistsError:
+                pass
+        with open(path, "rb") as f:
+            header = f.read(len(SQLITE_MAGIC))
+        if header and header != SQLITE_MAGIC:
+            raise self._unavailable("not an SQLite database")
+        conn = sqlite3.connect(
+            str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        )
+        conn.row_factory = sqlite3.Row
+        try:
+            self._prepare(conn)
+        except AccountsError:
+            conn.close()
+            raise
+        except sqlite3.Error as error:
+            conn.close()
+            raise self._map(error) from None
+        self._conn = conn
+
+    def _prepare(self, conn):
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("PRAGMA synchronous = FULL")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
+            # ADR-0126 D4: rollback journal. A file someone switched to WAL is switched back.
+            if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
+                raise self._unavailable("it is in WAL mode and could not be switched back to a rollback journal")
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version not in (0, schema.VERSION):
+            raise self._unavailable(
+                f"schema version {version} is not one this llm-accounts understands (it reads version {schema.VERSION}); upgrade llm-accounts"
+            )
+        if version == schema.VERSION and _schema_complete(conn):
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._migrate(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _migrate(self, conn):
+        """Create a fresh ledger, or bring an older version-1 one up to date, under the lock."""
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = _table_names(conn)
+        if version == 0 and tables - set(schema.TABLE_NAMES):
+            raise self._unavailable("it holds tables that are not an llm-accounts ledger's")
+        if version == schema.VERSION and not set(schema.BASE_TABLES) <= tables:
+            raise self._unavailable("a version-1 ledger with a base table missing")
+        for statement in schema.statements():
+            conn.execute(statement)
+        added = set()
+        for table, column, declaration in schema.COLUMNS:
+            if column not in _column_names(conn, table):
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
+                added.add(table)
+        for table in added & set(schema.BACKFILL):
+            for statement in schema.statements(schema.BACKFILL[table]):
+                conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {schema.VERSION}")
+
+    # -- reserve -------------------------------------------------------------------------------
+
+    def reserve(self, scope, attempt_id, quote, accounts, *, pinned=None, client=None, llm_response_id=None, now=None):
+        """Admit one physical attempt, or refuse with an ``AccountsError``.
+
+        A bound scope uses its binding; a new scope selects among ``accounts`` (the current
+        declaration) and is bound in the same transaction. ``pinned`` restricts it to one account.
+        """
+        now = now or clock.now()
+        _check_scope(scope)
+        _check_id(attempt_id, "attempt_id")
+        _check_quote(quote)
+        declared = _declared(accounts)
+        if pinned is not None:
+            _check(pinned, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        if client is not None:
+            _check(client, _CLIENT, "client", "must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
+        if llm_response_id is not None:
+            _check_id(llm_response_id, "llm_response_id")
+        return self._run(
+            "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, now
+        )
+
+    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, now):
+        provider = scope.provider
+        month, day = clock.credit_month(now), clock.utc_day(now)
+        if conn.execute("SELECT 1 FROM attempt WHERE id = ?", (attempt_id,)).fetchone():
+            raise AccountsError(
+                "duplicate_attempt", "this attempt id is already in the ledger; an attempt id authorizes one send", attempt_id=attempt_id
+            )
+        newest = conn.execute("SELECT MAX(month_utc) FROM month WHERE provider = ?", (provider,)).fetchone()[0]
+        if newest is not None and month < newest:
+            raise self._unavailable(
+                f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
+            )
+        facts = {
+            row["name"]: _Facts.from_row(row, now)
+            for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
+        }
+        bound = conn.execute(
+            "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+            (scope.kind, scope.id, provider),
+        ).fetchone()
+        if bound is not None:
+            verdict = self._bound_verdict(conn, provider, bound["account"], pinned, declared, facts, quote, day, now)
+        elif pinned is not None:
+            if pinned not in declared:
+                raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
+            verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now)
+        else:
+            verdict = self._select(conn, provider, declared, facts, quote, day, now)
+        if verdict.code:
+            raise AccountsError(verdict.code, verdict.message, account=verdict.account.name)
+        self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, bound is None, client, llm_response_id)
+        return Reservation(
+            attempt_id=attempt_id,
+            scope=scope,
+            account=verdict.account.name,
+            month_utc=month,
+            day_utc=day,
+            ceiling_nusd=quote.ceiling_nusd,
+            new_binding=bound is None,
+            probe=verdict.probe,
+        )
+
+    def _bound_verdict(self, conn, provider, name, pinned, declared, facts, quote, day, now):
+        """ADR-0126 D3: a bound scope never moves by itself; ``llm accounts rebind`` moves it."""
+        if pinned is not None and pinned != name:
+            raise AccountsError(
+                "no_account_available",
+                f"this conversation is bound to account '{name}', not '{pinned}'; to move it run: llm accounts rebind CONVERSATION_ID {pinned}",
+                account=name,
+            )
+        if name not in declared:
+            raise AccountsError(
+                "account_blocked",
+                f"account '{name}', bound to this conversation, is no longer declared; declare it again or run: llm accounts rebind CONVERSATION_ID NAME",
+                account=name,
+            )
+        verdict = self._verdict(conn, provider, declared[name], facts, quote, day, now)
+        if verdict.code and verdict.code != "account_config_conflict":
+            verdict.message += "; a conversation never moves by itself (llm accounts rebind moves it)"
+        return verdict
+
+    def _verdict(self, conn, provider, account, facts, quote, day, now):
+        """Check one account for this attempt: model, block, month config, health, month and day room."""
+        f = facts.get(account.name) or _Facts(name=account.name)
+        v = _Verdict(account=account, facts=f, budget_nusd=f.budget_nusd or account.budget_nusd)
+        name, ceiling = account.name, quote.ceiling_nusd
+        if not selection.serves(account, quote.requested_model):
+            v.code, v.message = "no_account_available", f"account '{name}' does not serve model {quote.requested_model}"
+            return v
+        if f.block_reason:
+            v.code = "account_blocked"
+            v.message = f"account '{name}' is blocked ({f.block_reason}); after checking it, run: llm accounts unblock {name}"
+            return v
+        daily = getattr(account, "daily_budget_nusd", None)
+        if f.month_row and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env) != (account.budget_nusd, daily, account.key_env):
+            v.code = "account_config_conflict"
+            v.message = (
+                f"account '{name}' started credit period {clock.credit_month(now)} with budget {_money(f.budget_nusd)}"
+                f"{'' if f.daily_budget_nusd is None else ', daily ' + _money(f.daily_budget_nusd)} and key_env {f.month_key_env}; "
+                f"the declaration now differs. Restore those values until the period ends at {_when(clock.credit_period(clock.credit_month(now))[1])} "
+                f"(a new period may change them), or correct spend with llm accounts adjust"
+            )
+            return v
+        gate = health.gate(f.health, now, f.probe_taken)
+        if gate == "blocked":
+            v.code, v.message = "auth_failed", f"account '{name}' failed authentication; after fixing its key run: llm accounts unblock {name}"
+            return v
+        if gate == "cooling":
+            h = f.health
+            v.code = health.COOLING_CODES.get(h.failure_class, "provider_error")
+            until = "a probe attempt is in flight" if f.probe_taken else f"cooling until {_when(h.cooldown_until)}"
+            v.message = f"account '{name}' is failing ({h.failure_class}); {until}, then one probe attempt is let through"
+            return v
+        v.probe = gate == "probe"
+        if not selection.fits(f.spent_nusd, f.open_nusd, ceiling, v.budget_nusd):
+            end = clock.credit_period(clock.credit_month(now))[1]
+            v.code = "budget_exhausted"
+            v.message = (
+                f"account '{name}' has {_money(f.spent_nusd)} spent and {_money(f.open_nusd)} in open ceilings "
+                f"of its {_money(v.budget_nusd)} budget for credit period {clock.credit_month(now)}; "
+                f"this attempt needs up to {_money(ceiling)}; the budget resets {_when(end)}"
+            )
+            return v
+        if daily is not None:
+            day_settled, day_open = self._day_totals(conn, provider, f, day)
+            if not selection.fits(day_settled, day_open, ceiling, daily):
+                v.code = "budget_exhausted"
+                v.message = (
+                    f"account '{name}' daily budget reached: {_money(day_settled)} spent and {_money(day_open)} in open ceilings "
+                    f"of {_money(daily)} today ({day} UTC); this attempt needs up to {_money(ceiling)}; "
+                    f"it resets {_when(clock.next_day_start(now))}"
+                )
+        return v
+
+    def _day_totals(self, conn, provider, f, day):
+        if f.day_utc == day:
+            return f.day_settled_nusd, f.day_open_nusd
+        if f.day_utc is None or f.day_utc < day:
+            return 0, 0
+        # The clock went back within a month: sum that day from its rows.
+        row = conn.execute(
+            """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+               FROM attempt WHERE provider = ? AND account = ? AND day_utc = ?""",
+            (provider, f.name, day),
+        ).fetchone()
+        return row[0], row[1]
+
+    def _select(self, conn, provider, declared, facts, quote, day, now):
+        """ADR-0126 D3 with Amendment 5: order the candidates, bind the first."""
+        verdicts = [self._verdict(conn, provider, account, facts, quote, day, now) for account in declared.values()]
+        fit = [v for v in verdicts if not v.code]
+        if not fit:
+            codes = {v.code for v in verdicts}
+            reasons = "; ".join(v.message for v in verdicts) or "no accounts are declared"
+            code = next(
+                (c for c in ("budget_exhausted", "account_config_conflict") if c in codes), "no_account_available"
+            )
+            raise AccountsError(code, f"no account can take a new conversation: {reasons}")
+        warm = set()
+        cert = getattr(quote, "cert", None)
+        if cert is not None:
+            for row in conn.execute(
+                "SELECT account, expires_at FROM warm_prefix WHERE provider = ? AND cert = ?", (provider, cert)
+            ):
+                expires = selection.parse_time(row["expires_at"])
+                if expires is not None and expires > now:
+                    warm.add(row["account"])
+        scopes = {}
+        if len(fit) > 1:
+            scopes = dict(
+                conn.execute(
+                    """SELECT account, COUNT(DISTINCT scope_kind || ':' || scope_id) FROM attempt
+                       WHERE state = 'open' AND provider = ? GROUP BY account""",
+                    (provider,),
+                ).fetchall()
+            )
+        by_name = {v.account.name: v for v in fit}
+        candidates = [
+            selection.Candidate(
+                name=v.account.name,
+                budget_nusd=v.budget_nusd,
+                committed_nusd=v.facts.spent_nusd + v.facts.open_nusd,
+                rank=v.account.rank,
+                weight=v.account.weight,
+                open_scopes=scopes.get(v.account.name, 0),
+                warm=v.account.name in warm
+                and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
+            )
+            for v in fit
+        ]
+        return by_name[selection.order(candidates)[0].name]
+
+    def _admit(self, conn, scope, attempt_id, quote, v, month, day, now, new_binding, client, llm_response_id):
+        account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)
+        provider, name = scope.provider, account.name
+        self._ensure_account(conn, provider, account, f, ts)
+        if not f.month_row:
+            conn.execute(
+                """INSERT INTO month (provider, name, month_utc, budget_nusd, daily_budget_nusd, key_env, created_at,
+                   settled_nusd, open_nusd, day_utc, day_settled_nusd, day_open_nusd)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0, ?)""",
+                (provider, name, month, account.budget_nusd, getattr(account, "daily_budget_nusd", None),
+                 account.key_env, ts, ceiling, day, ceiling),
+            )
+        elif f.day_utc == day:
+            conn.execute(
+                """UPDATE month SET open_nusd = open_nusd + ?1, day_open_nusd = day_open_nusd + ?1
+                   WHERE provider = ?2 AND name = ?3 AND month_utc = ?4""",
+                (ceiling, provider, name, month),
+            )
+        elif f.day_utc is None or f.day_utc < day:
+            conn.execute(
+                """UPDATE month SET open_nusd = open_nusd + ?1, day_utc = ?2, day_settled_nusd = 0, day_open_nusd = ?1
+                   WHERE provider = ?3 AND name = ?4 AND month_utc = ?5""",
+                (ceiling, day, provider, name, month),
+            )
+        else:
+            conn.execute(
+                "UPDATE month SET open_nusd = open_nusd + ? WHERE provider = ? AND name = ? AND month_utc = ?",
+                (ceiling, provider, name, month),
+            )
+        conn.execute(
+            """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
+               price_revision, requested_model, request_digest, client, llm_response_id, state, created_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)""",
+            (attempt_id, scope.kind, scope.id, provider, name, month, day, ceiling, quote.price_revision,
+             quote.requested_model, quote.request_digest, client, llm_response_id, ts),
+        )
+        if new_binding:
+            conn.execute(
+                "INSERT INTO binding (scope_kind, scope_id, provider, account, created_at) VALUES (?, ?, ?, ?, ?)",
+                (scope.kind, scope.id, provider, name, ts),
+            )
+        if v.probe:
+            _write_health(conn, provider, name, health.start_probe(f.health, attempt_id))
+
+    def _ensure_account(self, conn, provider, account, f, ts):
+        settings = (account.key_env, account.rank, account.weight)
+        if f is None or not f.in_ledger:
+            conn.execute(
+                """INSERT INTO account (provider, name, key_env, rank, weight, created_at) VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (provider, name) DO UPDATE SET key_env = excluded.key_env, rank = excluded.rank,
+                   weight = excluded.weight, removed_at = NULL""",
+                (provider, account.name, *settings, ts),
+            )
+        elif (f.key_env, f.rank, f.weight) != settings:
+            conn.execute(
+                "UPDATE account SET key_env = ?, rank = ?, weight = ?, removed_at = NULL WHERE provider = ? AND name = ?",
+                (*settings, provider, account.name),
+            )
+
+    # -- settle --------------------------------------------------------------------------------
+
+    def settle(self, attempt_id, evidence, *, cert=None, hour_after_key=False, server_tools=False, now=None):
+        """Record what happened to an attempt: ``"settled"``, ``"already_settled"`` or ``"still_open"``.
+
+        ``cert``, ``hour_after_key`` and ``server_tools`` describe the request's stable prefix for
+        the warm-prefix index (Amendment 5 Decisions 3 and 8); only a complete settlement uses them.
+        """
+        now = now or clock.now()
+        _check_id(attempt_id, "attempt_id")
+        fields = _check_evidence(evidence)
+        if cert is not None:
+            _check_id(cert, "cert")
+        return self._run(
+            "settle", self._settle, attempt_id, evidence, fields, cert, bool(hour_after_key), bool(server_tools), now
+        )
+
+    def _settle(self, conn, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
+        ts = clock.isoformat(now)
+        row = conn.execute(
+            """SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
+                 (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
+                   AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
+                 h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
+                 h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
+                 h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport
+               FROM attempt t
+               JOIN account a ON a.provider = t.provider AND a.name = t.account
+               LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
+               LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+               WHERE t.id = ?""",
+            (attempt_id,),
+        ).fetchone()
+        if row is None:
+            raise self._unavailable("it has no attempt with this id (was it reserved on another ledger?)")
+        provider, name = row["provider"], row["account"]
+        h = _health_from(row)
+        if row["state"] == "settled":
+            if fields is None or _same_settlement(row, fields):
+                return "already_settled"
+            # ADR-0126 D4: differing final evidence blocks the account; the original row stays.
+            self._block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
+            return _Deferred(
+                AccountsError(
+                    "settlement_conflict",
+                    f"attempt was already settled ({row['outcome']}) with different evidence; account '{name}' is blocked "
+                    f"until checked (llm accounts reconcile/adjust, then llm accounts unblock {name})",
+                    account=name,
+                    attempt_id=attempt_id,
+                )
+            )
+        if isinstance(evidence, Unknown):
+            return self._record_unknown(conn, row, evidence, h, ts, now)
+        cost, ceiling = fields["cost_nusd"], row["ceiling_nusd"]
+        month_total = row["m_settled"] + row["m_open"] + row["m_adjusted"] - ceiling + cost
+        if month_total > INT64_MAX:
+            self._block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
+            return _Deferred(
+                AccountsError(
+                    "ceiling_exceeded",
+                    "this cost would take the month's total past signed 64-bit nanodollars; the attempt stays open and "
+                    f"account '{name}' is blocked",
+                    account=name,
+                    attempt_id=attempt_id,
+                )
+            )
+        conn.execute(
+            """UPDATE attempt SET state = 'settled', settled_at = :ts, outcome = :outcome, cost_nusd = :cost_nusd,
+                 served_model = :served_model, usage_json = :usage_json, request_id = :request_id,
+                 http_status = :http_status, provider_error_type = :provider_error_type,
+                 rejection_class = :rejection_class, failure_class = :failure_class
+               WHERE id = :id""",
+            {
+                "served_model": None, "usage_json": None, "request_id": None, "http_status": None,
+                "provider_error_type": None, "rejection_class": None, "failure_class": None,
+                **fields, "ts": ts, "id": attempt_id,
+            },
+        )
+        _move_to_settled(conn, row, cost)
+        if isinstance(evidence, Complete):
+            self._settle_complete(conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now)
+        elif isinstance(evidence, NotSent):
+            if not evidence.caller_cancelled:
+                _clear_warm(conn, provider, name)
+            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
+        else:
+            _clear_warm(conn, provider, name)
+            self._record_failure(conn, row, h, evidence.failure_class, evidence.http_status, ts, now)
+        return "settled"
+
+    def _settle_complete(self, conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now):
+        provider, name, attempt_id = row["provider"], row["account"], row["id"]
+        _write_health(conn, provider, name, health.record_success(h, now))
+        if evidence.cost_nusd > row["ceiling_nusd"]:
+            # ADR-0126 D5: record the true cost, never clamp it, and block the account.
+            log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
+            self._block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
+        elif cert is not None and row["block_reason"] is None:
+            _write_warm(conn, row, _clean_usage(evidence.usage), cert, hour_after_key, server_tools)
+
+    def _record_unknown(self, conn, row, evidence, h, ts, now):
+        """The attempt stays open; its first recorded reason stands (Amendment 5 Decision 8)."""
+        provider, name = row["provider"], row["account"]
+        if row["outcome"] is None or (row["failure_class"] is None and evidence.failure_class is not None):
+            conn.execute(
+                """UPDATE attempt SET outcome = COALESCE(outcome, ?), failure_class = COALESCE(failure_class, ?),
+                   http_status = COALESCE(http_status, ?) WHERE id = ?""",
+                (evidence.outcome, evidence.failure_class, evidence.http_status, row["id"]),
+            )
+        if evidence.outcome not in CALLER_OUTCOMES:
+            _clear_warm(conn, provider, name)
+        self._record_failure(conn, row, h, evidence.failure_class, evidence.http_status, ts, now)
+        return "still_open"
+
+    def _record_failure(self, conn, row, h, failure_class, http_status, ts, now):
+        provider, name, attempt_id = row["provider"], row["account"], row["id"]
+        if failure_class in health.HEALTH_CLASSES:
+            _write_health(conn, provider, name, health.record_failure(h, failure_class, http_status, now, attempt_id))
+            if failure_class == "auth":
+                self._block(conn, provider, name, row["block_reason"], "auth_failed", f"attempt:{attempt_id}", ts)
+        else:
+            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
+
+    # -- blocks, reconciliation, adjustments, rebinding ----------------------------------------
+
+    def _block(self, conn, provider, name, current_reason, reason, source_ref, ts):
+        """Mark the account; the first reason stands. Every block clears its warm prefixes."""
+        if current_reason is None:
+            conn.execute(
+                "UPDATE account SET block_reason = ?, blocked_at = ? WHERE provider = ? AND name = ?",
+                (reason, ts, provider, name),
+            )
+            conn.execute(
+                """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
+                   VALUES (?, 'block', ?, ?, 0, ?, ?, ?)""",
+                (uuid.uuid4().hex, provider, name, source_ref, reason, ts),
+            )
+        _clear_warm(conn, provider, name)
+
+    def block(self, account, reason="manual", *, source_ref="llm accounts block", provider="anthropic", now=None):
+        """Block an account (``manual`` from ``llm accounts block``); it stays blocked until unblocked."""
+        now = now or clock.now()
+        name, declared = _account_ref(account)
+        if reason not in BLOCK_REASONS:
+            raise _invalid("reason", "must be auth_failed, settlement_conflict, ceiling_exceeded or manual")
+        _check_source(source_ref)
+
+        def run(conn):
+            current = self._account_row(conn, provider, name, declared, now)
+            self._block(conn, provider, name, current["block_reason"], reason, source_ref, clock.isoformat(now))
+            return "already_blocked" if current["block_reason"] else "blocked"
+
+        return self._run("block", run)
+
+    def clear_block(self, adjustment_id, account, source_ref, *, provider="anthropic", now=None):
+        """Unblock (ADR-0126 D4 ``clear_block``): a zero-delta ``unblock`` row with no month."""
+        now = now or clock.now()
+        _check_id(adjustment_id, "adjustment_id")
+        name, declared = _account_ref(account)
+        _check_source(source_ref)
+
+        def run(conn):
+            if self._repeat(conn, adjustment_id, "unblock", None, provider, name, None, 0, source_ref):
+                return "already_recorded"
+            current = self._account_row(conn, provider, name, declared, now)
+            ts = clock.isoformat(now)
+            conn.execute(
+                """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
+                   VALUES (?, 'unblock', ?, ?, 0, ?, ?, ?)""",
+                (adjustment_id, provider, name, source_ref, current["block_reason"], ts),
+            )
+            if current["block_reason"] is None:
+                return "not_blocked"
+            conn.execute(
+                "UPDATE account SET block_reason = NULL, blocked_at = NULL WHERE provider = ? AND name = ?", (provider, name)
+            )
+            _clear_warm(conn, provider, name)
+            _write_health(conn, provider, name, health.clear_auth(self._health(conn, provider, name), now))
+            return "unblocked"
+
+        return self._run("clear_block", run)
+
+    def reconcile(self, adjustment_id, attempt_id, cost_nusd, source_ref, *, now=None):
+        """Close an open attempt at a sourced cost (ADR-0126 D4): the cost enters spend once, through
+        the attempt, and a zero-delta ``reconciliation`` row records who said so."""
+        now = now or clock.now()
+        _check_id(adjustment_id, "adjustment_id")
+        _check_id(attempt_id, "attempt_id")
+        _check_int(cost_nusd, "cost")
+        _check_source(source_ref)
+
+        def run(conn):
+            row = conn.execute(
+                """SELECT t.*, m.settled_nusd AS m_settled, m.open_nusd AS m_open, h.probe_attempt_id AS probe,
+                     (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
+                       AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted
+                   FROM attempt t
+                   LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
+                   LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+                   WHERE t.id = ?""",
+                (attempt_id,),
+            ).fetchone()
+            if row is None:
+                raise _invalid("attempt_id", "no attempt with this id is in the ledger (see llm accounts attempts --open)")
+            if self._repeat(conn, adjustment_id, "reconciliation", attempt_id, row["provider"], row["account"],
+                            row["month_utc"], 0, source_ref, str(cost_nusd)):
+                return "already_recorded"
+            if row["state"] == "settled":
+                raise AccountsError(
+                    "settlement_conflict",
+                    f"attempt is already settled at {_money(row['cost_nusd'])}; a settled cost is never rewritten: "
+                    "record a correction with llm accounts adjust",
+                    account=row["account"],
+                    attempt_id=attempt_id,
+                )
+            if row["m_settled"] + row["m_open"] + row["m_adjusted"] - row["ceiling_nusd"] + cost_nusd > INT64_MAX:
+                raise _invalid("cost", "would take the month's total past signed 64-bit nanodollars")
+            ts = clock.isoformat(now)
+            conn.execute(
+                "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ? WHERE id = ?", (cost_nusd, ts, attempt_id)
+            )
+            _move_to_settled(conn, row, cost_nusd)
+            conn.execute(
+                """INSERT INTO adjustment (id, kind, attempt_id, provider, account, month_utc, delta_nusd, source_ref, detail, created_at)
+                   VALUES (?, 'reconciliation', ?, ?, ?, ?, 0, ?, ?, ?)""",
+                (adjustment_id, attempt_id, row["provider"], row["account"], row["month_utc"], source_ref, str(cost_nusd), ts),
+            )
+            if row["probe"] == attempt_id:
+                conn.execute(
+                    "UPDATE health SET probe_attempt_id = NULL WHERE provider = ? AND account = ?",
+                    (row["provider"], row["account"]),
+                )
+            return "reconciled"
+
+        return self._run("reconcile", run)
+
+    def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
+        """A signed, sourced correction to a month's spend (ADR-0126 D4); never rewrites an attempt."""
+        now = now or clock.now()
+        _check_id(adjustment_id, "adjustment_id")
+        name, declared = _account_ref(account)
+        _check_month(month_utc)
+        if isinstance(delta_nusd, bool) or not isinstance(delta_nusd, int) or delta_nusd == 0 or abs(delta_nusd) > INT64_MAX:
+            raise _invalid("delta", "must be a non-zero integer number of nanodollars within signed 64 bits")
+        _check_source(source_ref)
+        if attempt_id is not None:
+            _check_id(attempt_id, "attempt_id")
+
+        def run(conn):
+            if self._repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
+                return "already_recorded"
+            self._account_row(conn, provider, name, declared, now)
+            if attempt_id is not None:
+                owner = conn.execute("SELECT account FROM attempt WHERE id = ?", (attempt_id,)).fetchone()
+                if owner is None or owner[0] != name:
+                    raise _invalid("attempt_id", "must name an attempt of this account")
+            totals = conn.execute(
+                """SELECT COALESCE((SELECT settled_nusd + open_nusd FROM month WHERE provider = ?1 AND name = ?2 AND month_utc = ?3), 0),
+                          COALESCE((SELECT settled_nusd FROM month WHERE provider = ?1 AND name = ?2 AND month_utc = ?3), 0),
+                          (SELECT COALESCE(SUM(delta_nusd), 0) FROM adjustment WHERE provider = ?1 AND account = ?2 AND month_utc = ?3)""",
+                (provider, name, month_utc),
+            ).fetchone()
+            committed, settled, adjusted = totals
+            if settled + adjusted + delta_nusd < 0:
+                raise _invalid("delta", f"would make the spend of {month_utc} negative (it is {_money(settled + adjusted)})")
+            if committed + adjusted + delta_nusd > INT64_MAX:
+                raise _invalid("delta", "would take the month's total past signed 64-bit nanodollars")
+            conn.execute(
+                """INSERT INTO adjustment (id, kind, attempt_id, provider, account, month_utc, delta_nusd, source_ref, created_at)
+                   VALUES (?, 'correction', ?, ?, ?, ?, ?, ?, ?)""",
+                (adjustment_id, attempt_id, provider, name, month_utc, delta_nusd, source_ref, clock.isoformat(now)),
+            )
+            return "adjusted"
+
+        return self._run("adjust", run)
+
+    def rebind(self, scope, account, source_ref="llm accounts rebind", *, now=None):
+        """Move a conversation to another account, explicitly and on the record (ADR-0126 D3)."""
+        now = now or clock.now()
+        _check_scope(scope)
+        name, declared = _account_ref(account)
+        _check_source(source_ref)
+
+        def run(conn):
+            self._account_row(conn, scope.provider, name, declared, now)
+            ts = clock.isoformat(now)
+            old = conn.execute(
+                "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+                (scope.kind, scope.id, scope.provider),
+            ).fetchone()
+            conn.execute(
+                """INSERT INTO binding (scope_kind, scope_id, provider, account, created_at) VALUES (?, ?, ?, ?, ?)
+                   ON CONFLICT (scope_kind, scope_id, provider) DO UPDATE SET account = excluded.account""",
+                (scope.kind, scope.id, scope.provider, name, ts),
+            )
+            conn.execute(
+                """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
+                   VALUES (?, 'rebind', ?, ?, 0, ?, ?, ?)""",
+                (uuid.uuid4().hex, scope.provider, name, source_ref, f"{scope.kind}:{scope.id}", ts),
+            )
+            return None if old is None else old[0]
+
+        return self._run("rebind", run)
+
+    def _account_row(self, conn, provider, name, declared, now):
+        row = conn.execute(
+            "SELECT * FROM account WHERE provider = ? AND name = ?", (provider, name)
+        ).fetchone()
+        if row is None and declared is not None:
+            self._ensure_account(conn, provider, declared, None, clock.isoformat(now))
+            row = conn.execute("SELECT * FROM account WHERE provider = ? AND name = ?", (provider, name)).fetchone()
+        if row is None:
+            raise AccountsError(
+                "declaration_invalid",
+                f"account '{name}' is neither declared nor in the ledger (see llm accounts list)",
+                account=name,
+            )
+        return row
+
+    def _repeat(self, conn, adjustment_id, kind, attempt_id, provider, account, month, delta, source_ref, detail=None):
+        """Duplicate adjustment ids are no-ops only for identical inputs (ADR-0126 D4)."""
+        row = conn.execute("SELECT * FROM adjustment WHERE id = ?", (adjustment_id,)).fetchone()
+        if row is None:
+            return False
+        same = (row["kind"], row["attempt_id"], row["provider"], row["account"], row["month_utc"], row["delta_nusd"], row["source_ref"]) == (
+            kind, attempt_id, provider, account, month, delta, source_ref
+        ) and (detail is None or row["detail"] == detail)
+        if not same:
+            raise _invalid("adjustment_id", "already records different inputs; use a new id")
+        return True
+
+    def _health(self, conn, provider, name):
+        row = conn.execute(
+            """SELECT state AS h_state, failure_class AS h_class, http_status AS h_status, since AS h_since,
+                 last_failure_at AS h_last_failure_at, last_success_at AS h_last_success_at,
+                 cooldown_until AS h_cooldown_until, probe_attempt_id AS h_probe, transport_failures AS h_transport
+               FROM health WHERE provider = ? AND account = ?""",
+            (provider, name),
+        ).fetchone()
+        return None if row is None else _health_from(row)
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def status(self, accounts=None, *, provider="anthropic", now=None):
+        """Per account, this credit period: budget, spend, open ceilings, remaining, today, health, block."""
+        now = now or clock.now()
+        declared = _declared(accounts)
+
+        def run(conn):
+            month, day = clock.credit_month(now), clock.utc_day(now)
+            start, end = clock.credit_period(month)
+            facts = {
+                row["name"]: _Facts.from_row(row, now)
+                for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
+            }
+            names = list(declared) + sorted(set(facts) - set(declared))
+            lines = []
+            for name in names:
+                account, f = declared.get(name), facts.get(name) or _Facts(name=name)
+                budget = f.budget_nusd if f.month_row else getattr(account, "budget_nusd", None)
+                daily = f.daily_budget_nusd if f.month_row else getattr(account, "daily_budget_nusd", None)
+                day_settled, day_open = self._day_totals(conn, provider, f, day)
+                h = f.health
+                conflict = bool(
+                    account is not None and f.month_row
+                    and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env)
+                    != (account.budget_nusd, getattr(account, "daily_budget_nusd", None), account.key_env)
+                )
+                lines.append(
+                    AccountStatus(
+                        name=name,
+                        declared=account is not None,
+                        key_env=account.key_env if account is not None else f.key_env,
+                        rank=account.rank if account is not None else f.rank,
+                        weight=account.weight if account is not None else f.weight,
+                        month_utc=month,
+                        period_start=clock.isoformat(start),
+                        resets_at=clock.isoformat(end),
+                        budget_nusd=budget,
+                        settled_nusd=f.settled_nusd,
+                        adjustments_nusd=f.adjusted_nusd,
+                        open_ceiling_nusd=f.open_nusd,
+                        open_attempts=f.open_attempts,
+                        remaining_nusd=None if budget is None else budget - f.spent_nusd - f.open_nusd,
+                        daily_budget_nusd=daily,
+                        today_settled_nusd=day_settled,
+                        today_open_nusd=day_open,
+                        today_remaining_nusd=None if daily is None else daily - day_settled - day_open,
+                        day_resets_at=clock.isoformat(clock.next_day_start(now)),
+                        health=health.view(h, now, f.probe_taken),
+                        failure_class=None if h is None else h.failure_class,
+                        http_status=None if h is None else h.http_status,
+                        cooldown_until=None if h is None else _iso(h.cooldown_until),
+                        last_success_at=None if h is None else _iso(h.last_success_at),
+                        last_failure_at=None if h is None else _iso(h.last_failure_at),
+                        blocked_reason=f.block_reason,
+                        blocked_at=f.blocked_at,
+                        config_conflict=conflict,
+                    )
+                )
+            return lines
+
+        return self._run("status", run, write=False)
+
+    def spend(self, account=None, month_utc=None, *, provider="anthropic"):
+        """Spend per account and credit period, summed from the attempt and adjustment rows."""
+        if account is not None:
+            _check(account, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        if month_utc is not None:
+            _check_month(month_utc)
+
+        def run(conn):
+            rows = conn.execute(
+                """SELECT m.name AS account, m.month_utc, m.budget_nusd, m.daily_budget_nusd,
+                     COALESCE(SUM(t.cost_nusd), 0) AS settled_nusd,
+                     COALESCE(SUM(CASE WHEN t.state = 'open' THEN t.ceiling_nusd END), 0) AS open_ceiling_nusd,
+                     COUNT(t.id) AS attempts,
+                     COALESCE(SUM(t.state = 'open'), 0) AS open_attempts,
+                     (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = m.provider
+                       AND j.account = m.name AND j.month_utc = m.month_utc) AS adjustments_nusd
+                   FROM month m
+                   LEFT JOIN attempt t ON t.provider = m.provider AND t.account = m.name AND t.month_utc = m.month_utc
+                   WHERE m.provider = ?1 AND (?2 IS NULL OR m.name = ?2) AND (?3 IS NULL OR m.month_utc = ?3)
+                   GROUP BY m.provider, m.name, m.month_utc
+                   ORDER BY m.month_utc, m.name""",
+                (provider, account, month_utc),
+            ).fetchall()
+            result = []
+            for row in rows:
+                item = dict(row)
+                item["spent_nusd"] = item["settled_nusd"] + item["adjustments_nusd"]
+                item["remaining_nusd"] = item["budget_nusd"] - item["spent_nusd"] - item["open_ceiling_nusd"]
+                result.append(item)
+            return result
+
+        return self._run("spend", run, write=False)
+
+    _FILTERS = ("id", "account", "state", "outcome", "month_utc", "day_utc", "scope_kind", "scope_id", "client", "provider")
+
+    def attempts(self, *, limit=None, **filters):
+        """Attempt rows, newest first, filtered by equality on any of ``_FILTERS``."""
+        unknown = set(filters) - set(self._FILTERS)
+        if unknown:
+            raise _invalid("filter", f"must be among {', '.join(self._FILTERS)}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise _invalid("limit", "must be a positive integer")
+        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
+        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY created_at DESC, rowid DESC"
+        if limit is not None:
+            sql += f" LIMIT {limit}"
+        return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
+
+    def open_attempts(self, **filters):
+        """Attempts still holding their ceiling: unknown outcomes awaiting ``reconcile``, or in flight."""
+        return self.attempts(state="open", **filters)
+
+    def audit(self, *, provider="anthropic"):
+        """Recompute every month's running totals from its attempt rows; list any that differ."""
+
+        def run(conn):
+            problems = []
+            for row in conn.execute(
+                """SELECT m.name, m.month_utc, m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
+                     (SELECT COALESCE(SUM(cost_nusd), 0) FROM attempt a WHERE a.provider = m.provider AND a.account = m.name
+                       AND a.month_utc = m.month_utc) AS settled,
+                     (SELECT COALESCE(SUM(ceiling_nusd), 0) FROM attempt a WHERE a.provider = m.provider AND a.account = m.name
+                       AND a.month_utc = m.month_utc AND a.state = 'open') AS open,
+                     (SELECT COALESCE(SUM(cost_nusd), 0) FROM attempt a WHERE a.provider = m.provider AND a.account = m.name
+                       AND a.day_utc = m.day_utc) AS day_settled,
+                     (SELECT COALESCE(SUM(ceiling_nusd), 0) FROM attempt a WHERE a.provider = m.provider AND a.account = m.name
+                       AND a.day_utc = m.day_utc AND a.state = 'open') AS day_open
+                   FROM month m WHERE m.provider = ?""",
+                (provider,),
+            ):
+                for kept, actual in (("settled_nusd", "settled"), ("open_nusd", "open"),
+                                     ("day_settled_nusd", "day_settled"), ("day_open_nusd", "day_open")):
+                    if row[kept] != row[actual]:
+                        problems.append(f"{row['name']} {row['month_utc']}: {kept} is {row[kept]}, rows say {row[actual]}")
+            return problems
+
+        return self._run("audit", run, write=False)
+
+    @property
+    def db(self):
+        """A read-only ``sqlite_utils.Database`` on the ledger, for notebooks."""
+        import sqlite_utils
+
+        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        return sqlite_utils.Database(conn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Statement helpers used inside transactions
+
+
+def _table_names(conn):
+    return {
+        row[0]
+        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    }
+
+
+def _column_names(conn, table):
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+_INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
+
+
+def _schema_complete(conn):
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+    if not (set(schema.TABLE_NAMES) | _INDEX_NAMES) <= names:
+        return False
+    return all(column in _column_names(conn, table) for table, column, _ in schema.COLUMNS)
+
+
+def _write_health(conn, provider, name, h):
+    if h is None:
+        return
+    conn.execute(
+        """INSERT INTO health (provider, account, state, failure_class, http_status, since, last_failure_at,
+             last_success_at, cooldown_until, probe_attempt_id, transport_failures)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (provider, account) DO UPDATE SET state = excluded.state, failure_class = excluded.failure_class,
+             http_status = excluded.http_status, since = excluded.since, last_failure_at = excluded.last_failure_at,
+             last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
+             probe_attempt_id = excluded.probe_attempt_id, transport_failures = excluded.transport_failures""",
+        (provider, name, h.state, h.failure_class, h.http_status, _iso(h.since), _iso(h.last_failure_at),
+         _iso(h.last_success_at), _iso(h.cooldown_until), h.probe_attempt_id, h.transport_failures),
+    )
+
+
+def _move_to_settled(conn, row, cost):
+    """The attempt's ceiling leaves its month's (and day's) open total; its cost joins settled."""
+    conn.execute(
+        """UPDATE month SET open_nusd = open_nusd - :ceiling, settled_nusd = settled_nusd + :cost,
+             day_open_nusd = CASE WHEN day_utc = :day THEN day_open_nusd - :ceiling ELSE day_open_nusd END,
+             day_settled_nusd = CASE WHEN day_utc = :day THEN day_settled_nusd + :cost ELSE day_settled_nusd END
+           WHERE provider = :provider AND name = :account AND month_utc = :month""",
+        {"ceiling": row["ceiling_nusd"], "cost": cost, "day": row["day_utc"], "provider": row["provider"],
+         "account": row["account"], "month": row["month_utc"]},
+    )
+
+
+def _same_settlement(row, fields):
+    """Identical repeated evidence is a no-op (ADR-0126 D4). ``NotSent.caller_cancelled`` is not
+    stored, so two not-sent settlements always match."""
+    return all(row[key] == value for key, value in fields.items())
+
+
+def _clear_warm(conn, provider, name):
+    conn.execute("DELETE FROM warm_prefix WHERE provider = ? AND account = ?", (provider, name))
+
+
+def _write_warm(conn, row, usage, cert, hour_after_key, server_tools):
+    """Amendment 5 Decision 3: a one-hour write creates or extends the row (write arm); a read of
+    exactly the stored stable length extends it (read arm). Times compare as parsed datetimes."""
+    created = selection.parse_time(row["created_at"])
+    if created is None:
+        return
+    provider, name = row["provider"], row["account"]
+    expires = created + WARM_TTL
+    written = _tokens(usage, "cache_creation", "ephemeral_1h_input_tokens")
+    read = _tokens(usage, "cache_read_input_tokens")
+    stored = conn.execute(
+        "SELECT stable_tokens, expires_at FROM warm_prefix WHERE provider = ? AND account = ? AND cert = ?",
+        (provider, name, cert),
+    ).fetchone()
+    stored_expiry = None if stored is None else selection.parse_time(stored["expires_at"])
+    if written > 0:
+        conn.execute(
+            "DELETE FROM warm_prefix WHERE provider = ? AND expires_at < ?",
+            (provider, clock.isoformat(created - WARM_PURGE_MARGIN)),
+        )
+        stable = None if hour_after_key or server_tools else read + written
+        if stored_expiry is not None:
+            expires = max(expires, stored_expiry)
+            if stable is None:
+                stable = stored["stable_tokens"]
+        conn.execute(
+            """INSERT INTO warm_prefix (provider, account, cert, stable_tokens, expires_at) VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (provider, account, cert) DO UPDATE SET stable_tokens = excluded.stable_tokens,
+               expires_at = excluded.expires_at""",
+            (provider, name, cert, stable, clock.isoformat(expires)),
+        )
+    elif (
+        stored_expiry is not None
+        and not server_tools
+        and isinstance(stored["stable_tokens"], int)
+        and read == stored["stable_tokens"]
+        and expires > stored_expiry
+    ):
+        conn.execute(
+            "UPDATE warm_prefix SET expires_at = ? WHERE provider = ? AND account = ? AND cert = ?",
+            (clock.isoformat(expires), provider, name, cert),
+        )
+
+
+def _log_event(op, outcome, admission_wait_s, sqlite_wait_s=None):
+    """Amendment 6's timing record: one DEBUG event per ledger call."""
+    extra = {"ledger_op": op, "outcome": outcome, "admission_wait_s": admission_wait_s}
+    if sqlite_wait_s is None:
+        log.debug("ledger %s %s admission_wait_s=%.6f", op, outcome, admission_wait_s, extra=extra)
+    else:
+        extra["sqlite_wait_s"] = sqlite_wait_s
+        log.debug(
+            "ledger %s %s admission_wait_s=%.6f sqlite_wait_s=%.6f", op, outcome, admission_wait_s, sqlite_wait_s, extra=extra
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Async callers
+
+
+async def run_async(fn, *args, **kw):
+    """Run a ledger call in a worker thread, waiting at most ``ADMISSION_TIMEOUT_S`` for the worker
+    to start (Amendment 6); ``ledger_busy`` otherwise. Once the worker has started the bound no
+    longer applies: the call runs to its own SQLite bound and reports its real outcome, so a caller
+    is never told a committed write failed."""
+    loop = asyncio.get_running_loop()
+    requested = time.perf_counter()
+    phase = {"value": "waiting"}
+    gate = threading.Lock()
+    started = loop.create_future()
+
+    def mark_started():
+        if not started.done():
+            started.set_result(None)
+
+    def work():
+        with gate:
+            if phase["value"] == "abandoned":
+                return None
+            phase["value"] = "started"
+        loop.call_soon_threadsafe(mark_started)
+        _requested.at = requested
+        try:
+            return fn(*args, **kw)
+        finally:
+            _requested.at = None
+
+    done = loop.run_in_executor(None, work)
+    try:
+        await asyncio.wait_for(asyncio.shield(started), ADMISSION_TIMEOUT_S)
+    except BaseException as error:
+        with gate:
+            abandon = phase["value"] == "waiting"
+            if abandon:
+                phase["value"] = "abandoned"
+        if abandon:
+            op = getattr(fn, "__name__", "call")
+            if isinstance(error, asyncio.TimeoutError):
+                _log_event(op, "ledger_busy", time.perf_counter() - requested)
+                raise AccountsError(
+                    "ledger_busy",
+                    f"no worker thread was free for the ledger within {ADMISSION_TIMEOUT_S:g} s; nothing was sent, try again",
+                ) from None
+            _log_event(op, type(error).__name__, time.perf_counter() - requested)
+            raise
+        if not isinstance(error, asyncio.TimeoutError):
+            raise
+    return await done
+
+
+def open_ledger(path=None):
+    """Open the ledger for reading and accounting (the notebook entry point).
+
+    >>> ledger = open_ledger()
+    >>> ledger.spend(month_utc="2026-11")
+    """
+    return Ledger(path)

@@ -1,0 +1,594 @@
+"""Price revisions, the worst-case ceiling and settlement from usage (ADR-0126 D5).
+
+A price revision is shipped data (``prices/<revision>.json``): exact model ids and aliases, each
+model's context window and maximum output, and five rates in integer nanodollars per token
+(fresh input, 5-minute cache write, 1-hour cache write, cache read, output), optionally with a
+long-context tier. Nothing here guesses: a model or request feature the revision does not price
+is refused before sending, and usage that cannot be priced exactly settles as ``None`` (the
+ceiling stays open), never as zero.
+
+Refusal messages name fields, paths and rules, never request content.
+"""
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from importlib import resources
+
+from .errors import AccountsError
+
+STATUSES = ("active", "deprecated", "retired")
+RATE_NAMES = ("input", "write_5m", "write_1h", "cache_read", "output")
+
+# Top-level request fields whose only cost is tokens, which the ceiling already bounds by the
+# model's whole context window and the request's max_tokens. Anything else is a feature the
+# revision does not price (ADR-0126 D5: "unpriced beta features are ... rejected").
+PRICED_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "tools",
+        "tool_choice",
+        "metadata",
+        "stop_sequences",
+        "stream",
+        "temperature",
+        "top_p",
+        "top_k",
+        "thinking",
+        "output_config",
+        "output_format",
+        "cache_control",
+        "service_tier",
+    }
+)
+# Fields that carry a charge beyond tokens (or change the rates); named so the refusal says why.
+UNPRICED_FIELDS = {
+    "mcp_servers": "the MCP connector",
+    "container": "code-execution containers",
+    "context_management": "context management (context editing and compaction)",
+    "speed": "fast mode (speed)",
+    "inference_geo": "data residency (inference_geo)",
+    "requests": "Message Batches",
+}
+PRICED_SERVICE_TIERS = (None, "standard_only", "auto")
+PRICED_BLOCK_TYPES = frozenset(
+    {
+        "text",
+        "image",
+        "document",
+        "search_result",
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+    }
+)
+PRICED_SOURCE_TYPES = ("base64", "text")
+CACHE_TTLS = ("5m", "1h")
+
+# Usage values that mean standard rates; anything else is an unknown rate modifier (D5).
+STANDARD_SPEEDS = (None, "standard")
+STANDARD_SERVICE_TIERS = (None, "standard")
+STANDARD_INFERENCE_GEOS = (None, "not_available", "global")
+
+_REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+_FRACTION = re.compile(r"([0-9]+)/([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Nanodollars per token: an ``int``, or a ``Fraction`` when a rate is not whole."""
+
+    input: int
+    write_5m: int
+    write_1h: int
+    cache_read: int
+    output: int
+
+    def input_side(self):
+        """Every rate an input token can be billed at (fresh, written for 5m or 1h, read)."""
+        return (self.input, self.write_5m, self.write_1h, self.cache_read)
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    id: str
+    aliases: tuple[str, ...]
+    display_name: str
+    context_window: int
+    max_output: int
+    status: str  # "active" | "deprecated" | "retired" (kept to settle old attempts; never quoted)
+    rates: Rates
+    long_context: tuple[int, Rates] | None = None  # (threshold on total input tokens, rates above it)
+
+    def rates_for(self, total_input_tokens):
+        """The tier a request with this many input tokens (fresh + written + read) is billed at."""
+        if self.long_context is not None and total_input_tokens > self.long_context[0]:
+            return self.long_context[1]
+        return self.rates
+
+    def tiers_up_to(self, input_tokens):
+        """Every tier a request of at most ``input_tokens`` input tokens can be billed at."""
+        tiers = [self.rates]
+        if self.long_context is not None and input_tokens > self.long_context[0]:
+            tiers.append(self.long_context[1])
+        return tiers
+
+
+@dataclass(frozen=True)
+class Revision:
+    id: str
+    read_on: str
+    sources: tuple[str, ...]
+    models: dict[str, ModelPrice]
+    notes: tuple[str, ...] = ()
+    _names: dict = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        names = {}
+        for price in self.models.values():
+            for name in (price.id, *price.aliases):
+                if name in names:
+                    raise ValueError(f"price revision {self.id}: model name {name} is listed twice")
+                names[name] = price
+        object.__setattr__(self, "_names", names)
+
+    def model(self, model_id):
+        """The price for an exact model id or exact alias; never a prefix or substring match."""
+        if not isinstance(model_id, str):
+            return None
+        return self._names.get(model_id)
+
+
+@dataclass(frozen=True)
+class Quote:
+    requested_model: str
+    ceiling_nusd: int
+    price_revision: str
+    request_digest: str
+    cert: str | None = None  # warm-prefix certificate (ADR-0126 Amendment 5)
+    hour_after_key: bool = False
+
+
+# Loading revisions ---------------------------------------------------------------------------
+
+
+def _rate(value, where):
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str):
+        match = _FRACTION.fullmatch(value)
+        if match:
+            rate = Fraction(int(match.group(1)), int(match.group(2)))
+            return rate.numerator if rate.denominator == 1 else rate
+    raise ValueError(f"{where}: a rate must be a non-negative integer or a string \"n/d\"")
+
+
+def _rates(data, where):
+    if not isinstance(data, dict) or set(data) != set(RATE_NAMES):
+        raise ValueError(f"{where}: needs exactly the rates {', '.join(RATE_NAMES)}")
+    return Rates(**{name: _rate(data[name], f"{where}.{name}") for name in RATE_NAMES})
+
+
+def _positive_int(value, where):
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{where}: must be a positive integer")
+    return value
+
+
+def _model_price(data, where):
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        raise ValueError(f"{where}: a model needs an id")
+    if data.get("status") not in STATUSES:
+        raise ValueError(f"{where}.status: must be one of {', '.join(STATUSES)}")
+    aliases = data.get("aliases", [])
+    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
+        raise ValueError(f"{where}.aliases: must be a list of strings")
+    long_context = None
+    if data.get("long_context") is not None:
+        tier = data["long_context"]
+        long_context = (
+            _positive_int(tier.get("above_input_tokens"), f"{where}.long_context.above_input_tokens"),
+            _rates(tier.get("rates"), f"{where}.long_context.rates"),
+        )
+    return ModelPrice(
+        id=data["id"],
+        aliases=tuple(aliases),
+        display_name=str(data.get("display_name") or data["id"]),
+        context_window=_positive_int(data.get("context_window"), f"{where}.context_window"),
+        max_output=_positive_int(data.get("max_output"), f"{where}.max_output"),
+        status=data["status"],
+        rates=_rates(data.get("rates"), f"{where}.rates"),
+        long_context=long_context,
+    )
+
+
+def revision_from_dict(data):
+    """Build a ``Revision`` from a parsed price file, checking every field and rate."""
+    revision_id = data.get("revision")
+    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
+        raise ValueError("revision: must be a lower-case id such as anthropic-2026-11-29")
+    models = {}
+    for index, entry in enumerate(data.get("models") or []):
+        price = _model_price(entry, f"{revision_id}.models[{index}]")
+        models[price.id] = price
+    if not models:
+        raise ValueError(f"{revision_id}: prices no model")
+    return Revision(
+        id=revision_id,
+        read_on=str(data.get("read_on")),
+        sources=tuple(data.get("sources") or ()),
+        models=models,
+        notes=tuple(data.get("notes") or ()),
+    )
+
+
+def _price_files():
+    return resources.files(__package__).joinpath("prices")
+
+
+def shipped_revision_ids():
+    """The ids of every shipped price revision (one JSON file each)."""
+    return sorted(
+        entry.name[: -len(".json")]
+        for entry in _price_files().iterdir()
+        if entry.name.endswith(".json")
+    )
+
+
+@lru_cache(maxsize=None)
+def load_revision(revision_id):
+    """A shipped revision by id, kept so an attempt quoted under it can still be settled (D5)."""
+    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
+        raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
+    path = _price_files().joinpath(revision_id + ".json")
+    if not path.is_file():
+        raise AccountsError(
+            "unsupported_pricing",
+            "price revision is not shipped with this version; see 'llm accounts prices'",
+        )
+    revision = revision_from_dict(json.loads(path.read_text(encoding="utf-8")))
+    if revision.id != revision_id:
+        raise ValueError(f"{revision_id}.json: holds revision {revision.id}")
+    return revision
+
+
+@lru_cache(maxsize=None)
+def current_revision():
+    """The newest shipped revision (latest ``read_on``), used for every new quote."""
+    revisions = [load_revision(revision_id) for revision_id in shipped_revision_ids()]
+    return max(revisions, key=lambda revision: (revision.read_on, revision.id))
+
+
+def _resolve(revision):
+    if revision is None:
+        return current_revision()
+    if isinstance(revision, Revision):
+        return revision
+    return load_revision(revision)
+
+
+# Walking a request ---------------------------------------------------------------------------
+
+
+def _refuse(where, rule, revision):
+    raise AccountsError("unsupported_pricing", f"{where}: {rule} (price revision {revision.id})")
+
+
+def _blocks(request):
+    """Every block of the request in prefix order (tools, system, messages), nested ones included.
+
+    Yields ``(path, block, tier, top)``. A string system prompt or message content stands for one
+    unmarked text block. Nested blocks are those a block's content reaches (a tool_result's
+    content, a document's source.content, a search_result's content), as ADR-0126 Amendment 5
+    reads them; a tool_use's input is data, not content, and is never walked.
+    """
+    tools = request.get("tools")
+    if isinstance(tools, list):
+        for index, tool in enumerate(tools):
+            yield f"tools[{index}]", tool, "tools", True
+    system = request.get("system")
+    if isinstance(system, str):
+        yield "system", {"type": "text", "text": system}, "system", True
+    elif isinstance(system, list):
+        for index, block in enumerate(system):
+            yield from _nested(f"system[{index}]", block, "system")
+    messages = request.get("messages")
+    if isinstance(messages, list):
+        for index, message in enumerate(messages):
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(content, str):
+                yield f"messages[{index}].content", {"type": "text", "text": content}, "messages", True
+            elif isinstance(content, list):
+                for position, block in enumerate(content):
+                    yield from _nested(f"messages[{index}].content[{position}]", block, "messages")
+
+
+def _nested(path, block, tier, top=True):
+    yield path, block, tier, top
+    if not isinstance(block, dict):
+        return
+    children = [("content", block.get("content"))]
+    source = block.get("source")
+    if isinstance(source, dict):
+        children.append(("source.content", source.get("content")))
+    for name, content in children:
+        if isinstance(content, list):
+            for index, child in enumerate(content):
+                yield from _nested(f"{path}.{name}[{index}]", child, tier, top=False)
+
+
+def _ttl(block):
+    """The cache TTL a block's own cache_control asks for, or None when it carries none."""
+    mark = block.get("cache_control") if isinstance(block, dict) else None
+    if not isinstance(mark, dict):
+        return None
+    return mark.get("ttl", "5m")
+
+
+def _markable(block, tier):
+    """Amendment 5's markable block: not blank text, not thinking."""
+    if tier == "tools":
+        return True
+    kind = block.get("type")
+    if kind == "text":
+        text = block.get("text")
+        return isinstance(text, str) and text.strip() != ""
+    return kind not in ("thinking", "redacted_thinking")
+
+
+def _check_cache_control(where, mark, revision):
+    if (
+        not isinstance(mark, dict)
+        or mark.get("type") != "ephemeral"
+        or not set(mark) <= {"type", "ttl"}
+        or mark.get("ttl", "5m") not in CACHE_TTLS
+    ):
+        _refuse(
+            f"{where}.cache_control",
+            'only {"type": "ephemeral"} with an optional ttl of "5m" or "1h" is priced',
+            revision,
+        )
+
+
+def _check_features(request, revision):
+    """Refuse every request feature the revision does not price (ADR-0126 D5)."""
+    for name in request:
+        if name in UNPRICED_FIELDS:
+            _refuse(name, f"{UNPRICED_FIELDS[name]} is not priced; remove the field", revision)
+    unknown = [name for name in request if name not in PRICED_FIELDS]
+    if unknown:
+        _refuse(
+            "request",
+            f"{len(unknown)} top-level field(s) outside the priced set are not priced "
+            f"(priced: {', '.join(sorted(PRICED_FIELDS))})",
+            revision,
+        )
+    if request.get("service_tier") not in PRICED_SERVICE_TIERS:
+        _refuse("service_tier", 'only "auto" or "standard_only" is priced (priority and batch are not)', revision)
+    if "cache_control" in request:
+        _check_cache_control("request", request["cache_control"], revision)
+    for name in ("tools", "messages"):
+        if name in request and not isinstance(request[name], list):
+            _refuse(name, "must be a list to be priced", revision)
+    if "system" in request and not isinstance(request["system"], (str, list)):
+        _refuse("system", "must be a string or a list of blocks to be priced", revision)
+    for index, message in enumerate(request.get("messages") or []):
+        if not isinstance(message, dict) or not isinstance(message.get("content"), (str, list)):
+            _refuse(f"messages[{index}]", "must be an object whose content is a string or a list of blocks", revision)
+    for where, block, tier, _ in _blocks(request):
+        if not isinstance(block, dict):
+            _refuse(where, "must be an object to be priced", revision)
+        if tier == "tools":
+            if block.get("type") not in (None, "custom"):
+                _refuse(where, 'server tools (a tool whose type is not "custom") are not priced; use client tools', revision)
+        elif block.get("type") not in PRICED_BLOCK_TYPES:
+            _refuse(
+                where,
+                f"this block type is not priced (priced: {', '.join(sorted(PRICED_BLOCK_TYPES))})",
+                revision,
+            )
+        elif block["type"] in ("image", "document"):
+            source = block.get("source")
+            if not isinstance(source, dict) or source.get("type") not in PRICED_SOURCE_TYPES:
+                _refuse(
+                    f"{where}.source",
+                    "only base64 and text sources are priced; URL and file sources are not",
+                    revision,
+                )
+        if "cache_control" in block:
+            _check_cache_control(where, block["cache_control"], revision)
+
+
+def _warm_prefix(request, model_id):
+    """The warm-prefix certificate and hour_after_key (ADR-0126 Amendment 5, Decisions 1 and 6).
+
+    The key block is the last markable tools-tier or system-tier block whose cache_control asks
+    for one hour. The certificate hashes the model id and the tools and system blocks up to and
+    including it, each without its own cache_control (the mark does not change the cached
+    prefix, so requests that mark the same prefix differently share a certificate).
+    """
+    blocks = list(_blocks(request))
+    key = None
+    for index, (_, block, tier, top) in enumerate(blocks):
+        if top and tier in ("tools", "system") and _markable(block, tier) and _ttl(block) == "1h":
+            key = index
+    if key is None:
+        return None, False
+    prefix = {"model": model_id, "tools": [], "system": []}
+    for _, block, tier, top in blocks[: key + 1]:
+        if top:
+            prefix[tier].append({k: v for k, v in block.items() if k != "cache_control"})
+    canonical = json.dumps(prefix, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    cert = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    after = blocks[key + 1 :]
+    hour_after_key = any(_ttl(block) == "1h" for _, block, _, _ in after)
+    if not hour_after_key and _ttl(request) == "1h":
+        # Automatic caching puts a one-hour breakpoint on the last cacheable block.
+        hour_after_key = any(_markable(block, tier) for _, block, tier, _ in after)
+    return cert, hour_after_key
+
+
+# Quote and settlement ------------------------------------------------------------------------
+
+
+def quote(body, revision=None):
+    """Price the worst case of the frozen request ``body`` (the exact bytes to be sent).
+
+    ``C = ceil(Imax * Pin + Omax * Pout)`` (ADR-0126 D5): Imax is the model's context window,
+    Pin the greatest input-side rate and Pout the greatest output rate of every tier a request
+    of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
+    ``AccountsError("unsupported_pricing")`` for anything the revision does not price.
+    """
+    if not isinstance(body, (bytes, bytearray)):
+        raise TypeError("quote() takes the frozen request bytes")
+    revision = _resolve(revision)
+    try:
+        request = json.loads(body)
+    except (ValueError, RecursionError):
+        request = None
+    if not isinstance(request, dict):
+        _refuse("request", "the body is not a JSON object", revision)
+    model_id = request.get("model")
+    price = revision.model(model_id)
+    if price is None:
+        _refuse("model", "this model is not priced; run 'llm accounts prices' for the priced models", revision)
+    if price.status == "retired":
+        _refuse("model", f"{price.id} is retired; choose an active model from 'llm accounts prices'", revision)
+    _check_features(request, revision)
+    max_tokens = request.get("max_tokens")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
+        _refuse("max_tokens", "required, a positive integer", revision)
+    if max_tokens > price.max_output:
+        _refuse("max_tokens", f"above {price.id}'s maximum output of {price.max_output} tokens", revision)
+    tiers = price.tiers_up_to(price.context_window)
+    pin = max(rate for tier in tiers for rate in tier.input_side())
+    pout = max(tier.output for tier in tiers)
+    ceiling = math.ceil(price.context_window * pin + max_tokens * pout)
+    cert, hour_after_key = _warm_prefix(request, model_id)
+    return Quote(
+        requested_model=model_id,
+        ceiling_nusd=ceiling,
+        price_revision=revision.id,
+        request_digest=hashlib.sha256(bytes(body)).hexdigest(),
+        cert=cert,
+        hour_after_key=hour_after_key,
+    )
+
+
+class _Incomplete(Exception):
+    """Usage that cannot be priced exactly; settlement_cost turns it into None."""
+
+
+def _count(value, *, required=False):
+    if value is None and not required:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Incomplete
+    return value
+
+
+def _request_ttls(request_body):
+    try:
+        request = json.loads(request_body)
+    except (TypeError, ValueError, RecursionError):
+        raise _Incomplete from None
+    if not isinstance(request, dict):
+        raise _Incomplete
+    ttls = {_ttl(block) for _, block, _, _ in _blocks(request)}
+    ttls.add(_ttl(request))
+    ttls.discard(None)
+    return ttls
+
+
+def _cache_writes(usage, created, request_body):
+    """Split cache writes into (5m, 1h) exactly, or raise _Incomplete (ADR-0126 D5)."""
+    breakdown = usage.get("cache_creation")
+    if breakdown is not None:
+        if not isinstance(breakdown, dict):
+            raise _Incomplete
+        w5 = _count(breakdown.get("ephemeral_5m_input_tokens"))
+        w1h = _count(breakdown.get("ephemeral_1h_input_tokens"))
+        if w5 + w1h != created:
+            raise _Incomplete
+        return w5, w1h
+    if created == 0:
+        return 0, 0
+    ttls = _request_ttls(request_body)
+    if ttls == {"5m"}:
+        return created, 0
+    if ttls == {"1h"}:
+        return 0, created
+    raise _Incomplete  # mixed TTLs (or none at all): the split cannot be derived
+
+
+def _check_modifiers(usage):
+    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo, server tools)."""
+    if usage.get("speed") not in STANDARD_SPEEDS:
+        raise _Incomplete
+    if usage.get("service_tier") not in STANDARD_SERVICE_TIERS:
+        raise _Incomplete
+    if usage.get("inference_geo") not in STANDARD_INFERENCE_GEOS:
+        raise _Incomplete
+    server_tools = usage.get("server_tool_use")
+    if server_tools is not None:
+        if not isinstance(server_tools, dict):
+            raise _Incomplete
+        if any(_count(value) != 0 for value in server_tools.values()):
+            raise _Incomplete
+
+
+def settlement_cost(usage, served_model, request_body, revision):
+    """The exact cost ``A`` of final ``usage`` at the served model's rates, or None.
+
+    ``A = ceil(input*Pin + read*Pread + w5*P5m + w1h*P1h + output*Pout)`` at the tier the
+    request's total input (fresh + written + read) falls in (ADR-0126 D5). None means the usage
+    is incomplete or carries something the revision does not price: keep the ceiling open.
+    """
+    revision = _resolve(revision)
+    price = revision.model(served_model)
+    if price is None or not isinstance(usage, dict):
+        return None
+    try:
+        fresh = _count(usage.get("input_tokens"), required=True)
+        output = _count(usage.get("output_tokens"), required=True)
+        read = _count(usage.get("cache_read_input_tokens"))
+        created = _count(usage.get("cache_creation_input_tokens"))
+        _check_modifiers(usage)
+        w5, w1h = _cache_writes(usage, created, request_body)
+    except _Incomplete:
+        return None
+    rates = price.rates_for(fresh + created + read)
+    return math.ceil(
+        fresh * rates.input
+        + read * rates.cache_read
+        + w5 * rates.write_5m
+        + w1h * rates.write_1h
+        + output * rates.output
+    )
+
+
+def per_mtok(rate):
+    """A per-token nanodollar rate as exact US dollars per million tokens: 3750 -> "3.75"."""
+    dollars = Fraction(rate) / 1000
+    whole, rest = divmod(dollars.numerator, dollars.denominator)
+    if rest == 0:
+        return f"{whole}.00"
+    digits = ""
+    remainder = rest
+    for _ in range(12):
+        remainder *= 10
+        digit, remainder = divmod(remainder, dollars.denominator)
+        digits += str(digit)
+        if remainder == 0:
+            break
+    else:
+        return f"{dollars.numerator}/{dollars.denominator}"
+    return f"{whole}.{digits.ljust(2, '0')}"

@@ -1,0 +1,207 @@
+"""One routed prompt: quote once, then reserve, sign, send and settle every physical attempt.
+
+The I/O loops (sync and async HTTP) live in ``models.py``; this module holds the decisions, so
+both loops make the same ones:
+
+- every physical attempt reserves before it is sent and settles once (ADR-0126 D4, D6);
+- a key is resolved only for the account the ledger chose, and a failure to resolve settles the
+  attempt as never sent without trying another account (ADR-0126 D3);
+- a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
+  the next candidate, at most four accounts; nothing else moves (design.md "Failover").
+"""
+
+import dataclasses
+import uuid
+
+from . import classify, keys, pricing
+from .errors import AccountsError
+from .ledger import Complete, NotSent, Refused, Scope, Unknown
+from .money import usd
+
+MAX_ACCOUNTS = 4  # ADR-0055's bound on moving on
+MOVE_ON_STATUSES = (429, 529)
+
+
+@dataclasses.dataclass
+class Attempt:
+    """A reserved attempt and the key that signs it; the key is dropped when it settles."""
+
+    reservation: object
+    secret: object
+
+    @property
+    def id(self):
+        return self.reservation.attempt_id
+
+    @property
+    def account(self):
+        return self.reservation.account
+
+
+class RoutedCall:
+    def __init__(self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None):
+        self.declaration = declaration
+        self.ledger = ledger
+        self.body = body
+        self.scope = scope
+        self.pinned = pinned
+        self.client = client
+        self.revision = revision or pricing.current_revision()
+        # Raises unsupported_pricing before anything is reserved or sent.
+        self.quote = pricing.quote(body, self.revision)
+        self.records = []
+        self.tried = []
+        self.new_scope = None
+
+    # Reservation -------------------------------------------------------------------------------
+
+    def begin(self):
+        """Reserve the next attempt and resolve its key; raises when nothing may be sent."""
+        attempt_id = str(uuid.uuid4())
+        reservation = self.ledger.reserve(
+            self.scope,
+            attempt_id,
+            self.quote,
+            self.declaration.accounts,
+            pinned=self.pinned,
+            client=self.client,
+            exclude=tuple(self.tried),
+        )
+        if self.new_scope is None:
+            self.new_scope = reservation.new_binding
+        self.tried.append(reservation.account)
+        self.records.append(
+            {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
+        )
+        account = self._account(reservation.account)
+        try:
+            secret = keys.resolve_key(account.key_env, self.declaration)
+        except AccountsError as error:
+            self._settle(attempt_id, NotSent(), "not_sent", 0)
+            raise AccountsError(
+                error.code, f"account '{account.name}': {error.message}", account=account.name
+            ) from None
+        return Attempt(reservation, secret)
+
+    def _account(self, name):
+        for account in self.declaration.accounts:
+            if account.name == name:
+                return account
+        raise AccountsError("account_blocked", f"account '{name}' is bound but no longer declared", account=name)
+
+    def _settle(self, attempt_id, evidence, outcome, cost):
+        self.ledger.settle(attempt_id, evidence)
+        for record in self.records:
+            if record["id"] == attempt_id:
+                record["outcome"] = outcome
+                record["cost_nusd"] = cost
+
+    def _may_move_on(self):
+        return bool(self.new_scope) and self.pinned is None and len(self.tried) < MAX_ACCOUNTS
+
+    # Outcomes ----------------------------------------------------------------------------------
+
+    def refused(self, attempt, status, raw_body):
+        """A non-200 answer. Returns True to try the next account, else raises the routed error."""
+        info = classify.parse_error_body(raw_body)
+        outcome = classify.outcome_for_status(status)
+        failure = classify.failure_class(status, info)
+        if info.documented and (400 <= status < 500 or status == 529):
+            # A documented refusal is evidence nothing was processed: it settles at zero.
+            evidence = Refused(outcome, status, info.provider_error_type, info.rejection_class, failure)
+            self._settle(attempt.id, evidence, outcome, 0)
+        else:
+            self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
+        attempt.secret = None
+        if status in MOVE_ON_STATUSES and info.documented and self._may_move_on():
+            return True
+        code = classify.error_code_for(outcome)
+        detail = f"{info.provider_error_type}" + (
+            f" ({info.rejection_class})" if info.rejection_class != "other" else ""
+        )
+        raise AccountsError(
+            code,
+            f"account '{attempt.account}' answered HTTP {status} {detail}; attempt {attempt.id}",
+            account=attempt.account,
+            attempt_id=attempt.id,
+            http_status=status,
+        )
+
+    def transport_failed(self, attempt, error):
+        """The connection failed. Returns True to try the next account, else raises."""
+        attempt.secret = None
+        if classify_never_sent(error):
+            self._settle(attempt.id, NotSent(), "not_sent", 0)
+            if self._may_move_on():
+                return True
+        else:
+            self._settle(attempt.id, Unknown("transport_error", "transport"), "transport_error", None)
+        raise AccountsError(
+            "transport_error",
+            f"account '{attempt.account}': the connection failed ({type(error).__name__}); attempt {attempt.id}",
+            account=attempt.account,
+            attempt_id=attempt.id,
+        )
+
+    def completed(self, attempt, message, request_id=None):
+        """Settle a finished message from its usage; returns the ``routing`` object for llm logs."""
+        attempt.secret = None
+        usage = message.get("usage") or {}
+        served = message.get("model") or self.quote.requested_model
+        cost = pricing.settlement_cost(usage, served, self.body, self.revision)
+        if cost is None:
+            # Unknown is never zero: incomplete usage keeps the ceiling open (ADR-0126 D5).
+            self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
+        else:
+            evidence = Complete(cost, _numeric_usage(usage), served, _request_id(request_id))
+            self._settle(attempt.id, evidence, "complete", cost)
+        return self.routing(paid_by=attempt.account)
+
+    def stream_failed(self, attempt, outcome, failure_class=None):
+        """A stream that ended without complete usage: the attempt stays open (unknown)."""
+        attempt.secret = None
+        self._settle(attempt.id, Unknown(outcome, failure_class), outcome, None)
+
+    def routing(self, paid_by=None):
+        return {
+            "account": paid_by,
+            "price_revision": self.revision.id,
+            "attempts": [dict(record) for record in self.records],
+        }
+
+
+def classify_never_sent(error):
+    from .transport import never_sent
+
+    return never_sent(error)
+
+
+def scope_for(conversation, instance_id):
+    """design.md "Scope": the llm conversation id, else a private id per model instance."""
+    if conversation is not None and getattr(conversation, "id", None):
+        return Scope("conversation", str(conversation.id))
+    return Scope("instance", instance_id)
+
+
+def _numeric_usage(usage):
+    """Only numbers (and nested numbers) are kept: no provider text reaches the ledger."""
+    kept = {}
+    for name, value in usage.items():
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            kept[name] = value
+        elif isinstance(value, dict):
+            inner = {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+            if inner:
+                kept[name] = inner
+    return kept
+
+
+def _request_id(value):
+    """A provider request id is kept only when it looks like one (bounded, ASCII, no spaces)."""
+    return value if isinstance(value, str) and len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value else None
+
+
+def describe_cost(nusd):
+    return usd(nusd, 4)

@@ -1,0 +1,149 @@
+"""The stand-in's JSON config: keys, their organizations and their behaviours.
+
+Errors name the field and the rule, never the value: a config holds keys.
+"""
+
+import json
+import math
+import re
+
+BEHAVIOURS = (
+    "ok",
+    "rate_limited",
+    "spend_limit",
+    "overloaded",
+    "api_error",
+    "unauthorized",
+    "forbidden",
+    "credit_balance_too_low",
+    "usage_limit_reached",
+    "prompt_too_long",
+    "max_tokens_too_large",
+    "stream_error",
+    "slow",
+    "drop",
+    "echo_key",
+)
+
+KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after")
+TOP_FIELDS = ("keys", "min_cache_tokens")
+_FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
+# Fields set_behaviour() may change at run time.
+RUNTIME_FIELDS = ("script", "delay", "min_cache_tokens", "retry_after")
+
+
+class ConfigError(ValueError):
+    """A config (or a set_behaviour call) is invalid; the message names the field and the rule."""
+
+
+def load_config(path):
+    """Read and validate a stand-in config file; returns the normalized config dict."""
+    try:
+        with open(path, encoding="utf-8") as fp:
+            text = fp.read()
+    except OSError as error:
+        raise ConfigError(f"--config: cannot read the file ({error.strerror or 'unreadable'})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        # error.msg names the rule and the position only, never the text around it.
+        raise ConfigError(
+            f"--config: not valid JSON ({error.msg} at line {error.lineno} column {error.colno})"
+        ) from None
+    return validate_config(data)
+
+
+def validate_config(data):
+    """Check a config dict and return a normalized copy with every optional field filled in."""
+    if not isinstance(data, dict):
+        raise ConfigError("config: must be a JSON object with a 'keys' list")
+    _no_unknown(data, TOP_FIELDS, "config")
+    keys = data.get("keys")
+    if not isinstance(keys, list) or not keys:
+        raise ConfigError("keys: must be a non-empty list of key objects")
+    default_minimum = _optional_int(data, "min_cache_tokens", "min_cache_tokens")
+    normalized, labels, secrets = [], {}, {}
+    for index, entry in enumerate(keys):
+        where = f"keys[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object")
+        _no_unknown(entry, KEY_FIELDS, where)
+        label = entry.get("label")
+        if not isinstance(label, str) or not label.strip() or len(label) > 64:
+            raise ConfigError(f"{where}.label: must be a non-empty string of at most 64 characters")
+        if "sk-ant" in label.lower():
+            raise ConfigError(f"{where}.label: must not look like a key (it appears in logs)")
+        if label in labels:
+            raise ConfigError(f"{where}.label: duplicate of keys[{labels[label]}].label")
+        labels[label] = index
+        key = entry.get("key")
+        if not isinstance(key, str) or not key or key != key.strip():
+            raise ConfigError(f"{where}.key: must be a non-empty string without surrounding spaces")
+        if key in secrets:
+            raise ConfigError(f"{where}.key: the same key is already declared at keys[{secrets[key]}]")
+        secrets[key] = index
+        organization = entry.get("organization", f"org-{label}")
+        if not isinstance(organization, str) or not organization:
+            raise ConfigError(f"{where}.organization: must be a non-empty string")
+        behaviour = entry.get("behaviour", "ok")
+        check_behaviour(behaviour, f"{where}.behaviour")
+        settings = check_settings(entry, where)
+        minimum = settings["min_cache_tokens"]
+        normalized.append(
+            {
+                "label": label,
+                "key": key,
+                "organization": organization,
+                "behaviour": behaviour,
+                "script": settings["script"],
+                "delay": settings["delay"],
+                "min_cache_tokens": default_minimum if minimum is None else minimum,
+                "retry_after": settings["retry_after"],
+            }
+        )
+    return {"keys": normalized, "min_cache_tokens": default_minimum}
+
+
+def check_behaviour(value, where):
+    if value not in BEHAVIOURS:
+        raise ConfigError(f"{where}: must be one of {', '.join(BEHAVIOURS)}")
+    return value
+
+
+def check_settings(entry, where):
+    """Validate the fields a key may carry besides its identity (also used by set_behaviour)."""
+    script = entry.get("script", [])
+    if not isinstance(script, list):
+        raise ConfigError(f"{where}.script: must be a list of behaviours")
+    for position, step in enumerate(script):
+        check_behaviour(step, f"{where}.script[{position}]")
+    delay = entry.get("delay", 0.0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+        raise ConfigError(f"{where}.delay: must be a number of seconds >= 0")
+    retry_after = entry.get("retry_after", 1)
+    if isinstance(retry_after, bool) or not isinstance(retry_after, int) or retry_after < 0:
+        raise ConfigError(f"{where}.retry_after: must be an integer number of seconds >= 0")
+    return {
+        "script": list(script),
+        "delay": float(delay),
+        "min_cache_tokens": _optional_int(entry, "min_cache_tokens", f"{where}.min_cache_tokens"),
+        "retry_after": retry_after,
+    }
+
+
+def _optional_int(entry, field, where):
+    value = entry.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{where}: must be an integer >= 0")
+    return value
+
+
+def _no_unknown(entry, allowed, where):
+    unknown = sorted(set(entry) - set(allowed))
+    if unknown:
+        name = unknown[0]
+        # Name the field only when it is plainly a field name (never echo something key-shaped).
+        shown = f" {name!r}" if _FIELD_NAME.fullmatch(name) and "sk-ant" not in name.lower() else ""
+        raise ConfigError(f"{where}: unknown field{shown}; allowed: {', '.join(allowed)}")

@@ -1,0 +1,572 @@
+"""The stand-in's HTTP server: real sockets, HTTP/1.1, JSON and chunked SSE, on loopback only.
+
+Request handling order (each step may answer with the documented error):
+route (404) -> auth headers (400 both / 401 missing / 401 unknown) -> anthropic-version (400) ->
+body -> the key's behaviour (script entries are consumed by POST /v1/messages only) -> request
+validation (400, 404 model) -> the prompt cache and the reply.
+
+A key is only ever compared, and quoted back by the echo_key behaviour (that is its purpose).
+The request log holds labels, never keys: x-api-key and Authorization are dropped from it.
+"""
+
+import hashlib
+import http.server
+import ipaddress
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+from . import wire
+from .cache import CacheRuleError, PromptCache, breakpoints
+from .config import ConfigError, check_behaviour, check_settings, validate_config, RUNTIME_FIELDS
+from .models import find_model, listed_models
+from .replies import plan_reply
+from .tokens import prompt_units
+
+VERSIONS = ("2023-06-01", "2026-10-21")
+# Removed in anthropic-version 2026-10-21 (reference section 6); the 400's text is UNVERIFIED.
+REMOVED_IN_2026_10_21 = ("temperature", "top_p", "top_k")
+SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization"})
+# Behaviours that also govern GET /v1/models and count_tokens: they are about the key or the service.
+ACCOUNT_WIDE = frozenset({"unauthorized", "forbidden", "rate_limited", "overloaded", "api_error"})
+MAX_BODY_BYTES = 32 * 1024 * 1024  # section 4.1: Messages and Token Counting
+STREAM_CUT_AFTER = 2  # deltas sent before stream_error and drop break the stream
+REASONS = {529: "Overloaded"}
+_BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22)}
+
+
+def is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class _Key:
+    label: str
+    key: str = field(repr=False)
+    organization: str
+    behaviour: str
+    script: list
+    delay: float
+    min_cache_tokens: object
+    retry_after: int
+
+
+class _Refusal(Exception):
+    def __init__(self, status, error_type, message, details=None, headers=None):
+        super().__init__(error_type)
+        self.status, self.error_type, self.message = status, error_type, message
+        self.details, self.headers = details, headers or {}
+
+
+def _bad(message):
+    return _Refusal(400, "invalid_request_error", message)
+
+
+class StandIn:
+    """A loopback stand-in of the Anthropic Messages API with per-key behaviours.
+
+    ``clock`` (seconds since the epoch) drives cache expiry and rate-limit resets, so tests can
+    move time instead of sleeping.
+    """
+
+    def __init__(self, config, host="127.0.0.1", port=0, *, clock=time.time):
+        if not is_loopback(host):
+            raise ConfigError("host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
+        config = validate_config(config)
+        self.clock = clock
+        self.requests = []
+        self.cache = PromptCache(lambda: self.clock())
+        self._lock = threading.Lock()
+        self._serial = 0
+        self._keys = {entry["key"]: _Key(**entry) for entry in config["keys"]}
+        self._labels = {state.label: state for state in self._keys.values()}
+        self._stopping = threading.Event()
+        self._connections = set()
+        self._thread = None
+        bind = "127.0.0.1" if host == "localhost" else host.strip("[]")
+        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
+        server_class = type("_Server", (http.server.ThreadingHTTPServer,), {"address_family": family})
+        handler = type("_BoundHandler", (_Handler,), {"standin": self})
+        self._server = server_class((bind, port), handler)
+        self.port = self._server.server_address[1]
+        self.base_url = f"http://[{bind}]:{self.port}" if family == socket.AF_INET6 else f"http://{bind}:{self.port}"
+
+    def __repr__(self):
+        return f"<StandIn {self.base_url} keys={sorted(self._labels)}>"
+
+    def start(self):
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="standin", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self):
+        self._stopping.set()
+        if self._thread is not None:
+            self._server.shutdown()
+            self._thread.join()
+            self._thread = None
+        for connection in list(self._connections):
+            try:
+                connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._server.server_close()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc_info):
+        self.stop()
+
+    def set_behaviour(self, label, behaviour, **params):
+        """Change a key's behaviour now. Its script is replaced by ``script`` (default: emptied)."""
+        state = self._labels.get(label)
+        if state is None:
+            raise ConfigError("label: no key has this label")
+        check_behaviour(behaviour, "behaviour")
+        unknown = sorted(set(params) - set(RUNTIME_FIELDS))
+        if unknown:
+            raise ConfigError(f"set_behaviour: unknown parameter; allowed: {', '.join(RUNTIME_FIELDS)}")
+        current = {"delay": state.delay, "retry_after": state.retry_after, "min_cache_tokens": state.min_cache_tokens}
+        settings = check_settings({**current, **params}, "set_behaviour")
+        with self._lock:
+            state.behaviour = behaviour
+            for name, value in settings.items():
+                setattr(state, name, value)
+
+    def clear_cache(self):
+        self.cache.clear()
+
+    # Used by the handler.
+
+    def _log(self, entry):
+        with self._lock:
+            self.requests.append(entry)
+
+    def _next_behaviour(self, state):
+        with self._lock:
+            return state.script.pop(0) if state.script else state.behaviour
+
+    def _new_id(self, kind):
+        with self._lock:
+            self._serial += 1
+            serial = self._serial
+        prefix, length = _ID_PREFIXES[kind]
+        number = int.from_bytes(hashlib.sha256(f"{kind}:{serial}".encode()).digest(), "big")
+        digits = []
+        while len(digits) < length:
+            number, digit = divmod(number, 62)
+            digits.append(_BASE62[digit])
+        return prefix + "".join(digits)
+
+
+def serve(config, host="127.0.0.1", port=0, *, on_ready=None):
+    """Serve until Ctrl-C (the ``llm accounts standin`` command). ``on_ready(base_url)`` runs once bound."""
+    standin = StandIn(config, host, port)
+    if on_ready is not None:
+        on_ready(standin.base_url)
+    try:
+        standin._server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        standin.stop()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "llm-accounts-standin"
+    sys_version = ""
+    # One write per SSE event; without this, Nagle's algorithm delays small writes on loopback.
+    disable_nagle_algorithm = True
+    standin = None
+
+    def setup(self):
+        super().setup()
+        self.standin._connections.add(self.connection)
+
+    def finish(self):
+        try:
+            super().finish()
+        finally:
+            self.standin._connections.discard(self.connection)
+
+    def log_message(self, format, *args):
+        """Quiet: the request log is ``StandIn.requests``."""
+
+    def _exchange(self):
+        _Exchange(self).run()
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _exchange
+
+
+class _Exchange:
+    """One request and its response."""
+
+    def __init__(self, handler):
+        self.handler = handler
+        self.standin = handler.standin
+        self.request_id = self.standin._new_id("req")
+        self.key = None
+        self.presented = None  # the key as sent; only echo_key ever uses it
+        url = urlsplit(handler.path)
+        self.path, self.query = url.path, parse_qs(url.query)
+        self.headers = {name.lower(): value for name, value in handler.headers.items()}
+        self.version = None
+        self.entry = {
+            "method": handler.command,
+            "path": self.path,
+            "label": None,
+            "auth": None,
+            "model": None,
+            "stream": False,
+            "status": None,
+            "body": None,
+            "headers": {name: value for name, value in self.headers.items() if name not in SECRET_HEADERS},
+            "behaviour": None,
+            "organization": None,
+            "request_id": self.request_id,
+            "usage": None,
+        }
+
+    def run(self):
+        try:
+            raw = self._read_body()
+            route = self._route()
+            self._authenticate()
+            self._check_version()
+            route(raw)
+        except _Refusal as refusal:
+            self._send_json(
+                refusal.status,
+                wire.error_body(refusal.error_type, refusal.message, self.request_id, refusal.details),
+                refusal.headers,
+            )
+        except OSError:
+            self.handler.close_connection = True  # the client went away mid-response
+
+    # Request.
+
+    def _read_body(self):
+        rfile = self.handler.rfile
+        if "chunked" in self.headers.get("transfer-encoding", "").lower():
+            parts, size = [], 0
+            while True:
+                length = int(rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if length == 0:
+                    while rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                size += length
+                if size > MAX_BODY_BYTES:
+                    self.handler.close_connection = True
+                    raise _Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
+                parts.append(rfile.read(length))
+                rfile.readline()
+            return b"".join(parts)
+        length = int(self.headers.get("content-length") or 0)
+        if length > MAX_BODY_BYTES:
+            self.handler.close_connection = True
+            raise _Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
+        return rfile.read(length) if length else b""
+
+    def _route(self):
+        method, path = self.handler.command, self.path.rstrip("/")
+        if method == "POST" and path == "/v1/messages":
+            return self._messages
+        if method == "POST" and path == "/v1/messages/count_tokens":
+            return self._count_tokens
+        if method == "GET" and path == "/v1/models":
+            return self._list_models
+        if method == "GET" and path.startswith("/v1/models/"):
+            return lambda raw: self._get_model(path[len("/v1/models/"):])
+        raise _Refusal(404, "not_found_error", "Not Found")
+
+    def _authenticate(self):
+        api_key, authorization = self.headers.get("x-api-key"), self.headers.get("authorization")
+        if api_key is not None and authorization is not None:
+            raise _bad("Both x-api-key and Authorization headers were provided; send the key in only one of them.")
+        presented = None
+        if api_key:
+            self.entry["auth"], presented = "x-api-key", api_key
+        elif authorization:
+            scheme, _, credential = authorization.partition(" ")
+            if scheme.lower() == "bearer":
+                self.entry["auth"], presented = "bearer", credential.strip()
+        else:
+            raise _Refusal(401, "authentication_error", "x-api-key header is required")
+        state = self.standin._keys.get(presented) if presented else None
+        if state is None:
+            raise _Refusal(401, "authentication_error", "invalid x-api-key")
+        self.key, self.presented = state, presented
+        self.entry["label"], self.entry["organization"] = state.label, state.organization
+
+    def _check_version(self):
+        version = self.headers.get("anthropic-version")
+        if not version:
+            raise _bad("anthropic-version: header is required")
+        if version not in VERSIONS:
+            raise _bad(f"anthropic-version: must be one of {', '.join(VERSIONS)}")
+        self.version = version
+
+    def _json_body(self, raw):
+        try:
+            body = wire.json.loads(raw.decode("utf-8")) if raw else None
+        except (UnicodeDecodeError, ValueError):
+            raise _bad("There was an error parsing the body of your request") from None
+        if not isinstance(body, dict):
+            raise _bad("body: Input should be a valid dictionary")
+        self.entry["body"] = body
+        if isinstance(body.get("model"), str):
+            self.entry["model"] = body["model"]
+        return body
+
+    # Behaviours.
+
+    def _refuse_as(self, behaviour):
+        status, error_type, message, details = wire.behaviour_error(
+            behaviour, organization=self.key.organization, now=self.standin.clock()
+        )
+        headers = {}
+        if behaviour == "rate_limited":
+            headers = wire.ratelimit_headers(self.standin.clock(), limited=True, retry_after=self.key.retry_after)
+            headers.update({"retry-after": str(self.key.retry_after), "x-should-retry": "true"})
+        elif behaviour == "spend_limit":
+            headers = {"x-should-retry": "false"}  # a spend cap has no retry-after (section 4.1)
+        raise _Refusal(status, error_type, message, details, headers)
+
+    def _standing_behaviour(self):
+        """GET /v1/models and count_tokens follow the key's standing behaviour, not its script."""
+        behaviour = self.key.behaviour
+        self.entry["behaviour"] = behaviour
+        if behaviour in ACCOUNT_WIDE:
+            self._refuse_as(behaviour)
+        if behaviour == "drop":
+            self._drop()
+            return False
+        if behaviour == "slow":
+            self.standin._stopping.wait(self.key.delay)
+        return True
+
+    def _drop(self):
+        """Close the connection without (the rest of) a response."""
+        if self.entry["status"] is None:
+            self.entry.update(status=0, dropped=True)
+            self.standin._log(self.entry)
+        self.handler.close_connection = True
+        try:
+            self.handler.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    # Endpoints.
+
+    def _validate(self, body, *, messages):
+        required = ("model", "messages", "max_tokens") if messages else ("model", "messages")
+        for name in required:
+            if name not in body:
+                raise _bad(f"{name}: Field required")
+        if not isinstance(body["model"], str):
+            raise _bad("model: Input should be a valid string")
+        if messages:
+            max_tokens = body["max_tokens"]
+            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+                raise _bad("max_tokens: Input should be a valid integer")
+            if max_tokens < 0:
+                raise _bad("max_tokens: Input should be greater than or equal to 0")
+            if max_tokens == 0 and body.get("stream") is True:
+                raise _bad("max_tokens: must be at least 1 when streaming")
+        history = body["messages"]
+        if not isinstance(history, list):
+            raise _bad("messages: Input should be a valid list")
+        if not history:
+            raise _bad("messages: at least one message is required")
+        for index, message in enumerate(history):
+            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+                raise _bad(f"messages.{index}.role: Input should be 'user' or 'assistant'")
+            if not isinstance(message.get("content"), (str, list)):
+                raise _bad(f"messages.{index}.content: Input should be a valid string or list")
+        if "system" in body and not isinstance(body["system"], (str, list)):
+            raise _bad("system: Input should be a valid string or list")
+        tools = body.get("tools")
+        if tools is not None:
+            if not isinstance(tools, list) or not all(isinstance(tool, dict) and tool.get("name") for tool in tools):
+                raise _bad("tools: Input should be a list of tools, each with a name")
+        choice = body.get("tool_choice")
+        if choice is not None:
+            if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+                raise _bad("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+            names = {tool["name"] for tool in tools or []}
+            if choice["type"] == "tool" and choice.get("name") not in names:
+                raise _bad("tool_choice.name: must name one of the tools")
+        stops = body.get("stop_sequences")
+        if stops is not None and not (isinstance(stops, list) and all(isinstance(each, str) for each in stops)):
+            raise _bad("stop_sequences: Input should be a list of strings")
+        thinking = body.get("thinking")
+        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+            budget = thinking.get("budget_tokens")
+            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1024:
+                raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+            if messages and body["max_tokens"] <= budget:
+                raise _bad(
+                    "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation "
+                    "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+                    "#max-tokens-and-context-window-size"
+                )
+        if self.version == "2026-10-21":
+            for name in REMOVED_IN_2026_10_21:
+                if name in body:
+                    raise _bad(f"{name}: Extra inputs are not permitted")
+        model = find_model(body["model"])
+        if model is None:
+            raise _Refusal(404, "not_found_error", f"model: {body['model']}")
+        return model
+
+    def _messages(self, raw):
+        body = self._json_body(raw)
+        stream = body.get("stream") is True
+        self.entry["stream"] = stream
+        behaviour = self.standin._next_behaviour(self.key)
+        self.entry["behaviour"] = behaviour
+        if behaviour in wire.ERROR_STATUS:
+            self._refuse_as(behaviour)
+        model = self._validate(body, messages=True)
+        if body["max_tokens"] > model.max_tokens or behaviour == "max_tokens_too_large":
+            requested = max(body["max_tokens"], model.max_tokens + 1)
+            raise _bad(wire.max_tokens_too_large(requested, model.max_tokens, model.id))
+        units = prompt_units(body)
+        total = sum(unit.tokens for unit in units)
+        betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
+        window = model.context_window(betas)
+        if total > window or behaviour == "prompt_too_long":
+            raise _bad(wire.prompt_too_long(max(total, window + 1), window))
+        try:
+            points = breakpoints(units, body.get("cache_control"))
+        except CacheRuleError as error:
+            raise _bad(str(error)) from None
+        if behaviour == "stream_error" and not stream:
+            self._refuse_as("overloaded")
+        if behaviour == "drop" and not stream:
+            self._drop()
+            return
+        minimum = self.key.min_cache_tokens
+        plan = self.standin.cache.plan(
+            self.key.organization, model.id, units, points, model.min_cache_tokens if minimum is None else minimum
+        )
+        reply = plan_reply(body, self.standin._new_id, echo=self.presented if behaviour == "echo_key" else None)
+        message_id = self.standin._new_id("msg")
+        self.entry["usage"] = wire.usage(plan, reply.output_tokens)
+        delay = self.key.delay if behaviour == "slow" else 0.0
+        if delay:
+            self.standin._stopping.wait(delay)
+        # The cache entry becomes readable once the response begins (section 5).
+        self.standin.cache.commit(self.key.organization, model.id, plan)
+        if stream:
+            self._stream(model, message_id, reply, plan, behaviour, delay, total)
+        else:
+            content = [block.final for block in reply.blocks]
+            self._send_json(200, wire.message(model.id, message_id, content, reply.stop_reason, reply.stop_sequence,
+                                              self.entry["usage"]), total_input=total)
+
+    def _count_tokens(self, raw):
+        body = self._json_body(raw)
+        if not self._standing_behaviour():
+            return
+        self._validate(body, messages=False)
+        self._send_json(200, {"input_tokens": sum(unit.tokens for unit in prompt_units(body))})
+
+    def _list_models(self, raw):
+        if not self._standing_behaviour():
+            return
+        try:
+            limit = int(self.query.get("limit", ["20"])[0])
+        except ValueError:
+            limit = 0
+        if not 1 <= limit <= 1000:
+            raise _bad("limit: Input should be an integer between 1 and 1000")
+        models = listed_models()
+        ids = [model.id for model in models]
+        after, before = self.query.get("after_id", [None])[0], self.query.get("before_id", [None])[0]
+        if before in ids:
+            window = models[max(0, ids.index(before) - limit): ids.index(before)]
+            has_more = ids.index(before) - limit > 0
+        else:
+            start = ids.index(after) + 1 if after in ids else 0
+            window = models[start: start + limit]
+            has_more = start + limit < len(models)
+        data = [model.as_json() for model in window]
+        self._send_json(200, {
+            "data": data,
+            "has_more": has_more,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        })
+
+    def _get_model(self, name):
+        self.entry["model"] = name
+        if not self._standing_behaviour():
+            return
+        model = find_model(name)
+        if model is None:
+            raise _Refusal(404, "not_found_error", f"model: {name}")
+        self._send_json(200, model.as_json())
+
+    # Response.
+
+    def _start(self, status, headers, total_input=0):
+        handler = self.handler
+        self.entry["status"] = status
+        self.standin._log(self.entry)
+        handler.send_response(status, REASONS.get(status))
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.send_header("request-id", self.request_id)
+        if self.key is not None:
+            handler.send_header("anthropic-organization-id", self.key.organization)
+            if "anthropic-ratelimit-requests-limit" not in headers:
+                for name, value in wire.ratelimit_headers(
+                    self.standin.clock(), retry_after=self.key.retry_after, input_tokens=total_input
+                ).items():
+                    handler.send_header(name, value)
+        handler.end_headers()
+
+    def _send_json(self, status, payload, headers=None, total_input=0):
+        data = wire.dumps(payload).encode("utf-8")
+        self._start(
+            status,
+            {"content-type": "application/json", "content-length": str(len(data)), **(headers or {})},
+            total_input,
+        )
+        self.handler.wfile.write(data)
+
+    def _stream(self, model, message_id, reply, plan, behaviour, delay, total_input):
+        cut = STREAM_CUT_AFTER if behaviour in ("stream_error", "drop") else None
+        events = wire.encode_events(wire.stream_events(model.id, message_id, reply, plan, stop_after=cut))
+        self._start(200, {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-cache",
+            "transfer-encoding": "chunked",
+        }, total_input)
+        write = self.handler.wfile.write
+        for position, event in enumerate(events):
+            if position and delay and self.standin._stopping.wait(delay):
+                break
+            write(b"%x\r\n%s\r\n" % (len(event), event))
+        if behaviour == "drop":
+            self._drop()
+            return
+        if behaviour == "stream_error":
+            error = wire.sse("error", wire.STREAM_OVERLOADED)
+            write(b"%x\r\n%s\r\n" % (len(error), error))
+        write(b"0\r\n\r\n")

@@ -1,0 +1,107 @@
+"""One physical HTTP attempt against the Messages API: where it goes and how it is signed.
+
+Keys are read only here, to build one request's headers, and never leave the request: httpx
+clients are made with ``trust_env=False`` (no proxy or netrc from the environment) and never
+follow redirects, so the key goes only to the validated base URL (ADR-0126 D2).
+"""
+
+import ipaddress
+import os
+import time
+import urllib.parse
+
+import httpx
+
+from .errors import AccountsError
+from .payload import ANTHROPIC_VERSION
+
+BASE_URL_ENV = "LLM_ACCOUNTS_BASE_URL"
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+ERROR_BODY_LIMIT = 64 * 1024  # ADR-0126 Amendment 7: read at most 64 KiB and one byte
+ERROR_BODY_SECONDS = 5.0
+TIMEOUT = httpx.Timeout(600.0, connect=10.0)
+
+
+def base_url(environ=None):
+    """``LLM_ACCOUNTS_BASE_URL``, allowed only as https, or http on loopback."""
+    environ = os.environ if environ is None else environ
+    value = environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    parsed = urllib.parse.urlsplit(value)
+    host = parsed.hostname or ""
+    if parsed.scheme == "https" and host:
+        pass
+    elif parsed.scheme == "http" and _is_loopback(host):
+        pass
+    else:
+        raise AccountsError(
+            "declaration_invalid",
+            f"{BASE_URL_ENV}: must be an https:// URL, or http:// on loopback (127.0.0.1, localhost, [::1])",
+        )
+    if parsed.query or parsed.fragment or parsed.username or parsed.password:
+        raise AccountsError(
+            "declaration_invalid", f"{BASE_URL_ENV}: must not carry credentials, a query or a fragment"
+        )
+    return value.rstrip("/")
+
+
+def _is_loopback(host):
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def messages_url(environ=None):
+    return base_url(environ) + "/v1/messages"
+
+
+def headers(secret, *, stream):
+    """Request headers for one attempt; the only place a key is unwrapped."""
+    return {
+        "x-api-key": secret.reveal(),
+        "anthropic-version": ANTHROPIC_VERSION,
+        "content-type": "application/json",
+        "accept": "text/event-stream" if stream else "application/json",
+    }
+
+
+def client():
+    return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+
+
+def async_client():
+    return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+
+
+def read_error_body(response):
+    """Read at most 64 KiB + 1 byte of an error body within five seconds; never raises."""
+    chunks, size, deadline = [], 0, time.monotonic() + ERROR_BODY_SECONDS
+    try:
+        for chunk in response.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > ERROR_BODY_LIMIT or time.monotonic() > deadline:
+                break
+    except httpx.HTTPError:
+        pass
+    return b"".join(chunks)[: ERROR_BODY_LIMIT + 1]
+
+
+async def aread_error_body(response):
+    chunks, size, deadline = [], 0, time.monotonic() + ERROR_BODY_SECONDS
+    try:
+        async for chunk in response.aiter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > ERROR_BODY_LIMIT or time.monotonic() > deadline:
+                break
+    except httpx.HTTPError:
+        pass
+    return b"".join(chunks)[: ERROR_BODY_LIMIT + 1]
+
+
+def never_sent(error):
+    """True when httpx proves the request never left: the connection was not established."""
+    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol))

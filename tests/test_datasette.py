@@ -1,0 +1,604 @@
+"""The Datasette plugin: canned queries, the spend dashboard, and ``llm accounts browse``.
+
+The ledger here is written with sqlite-utils following ``llm_accounts.schema``. Attempts are
+placed around ``NOW``, a fixed instant in credit period 2026-11 (2026-10-31 to 2026-11-29), and
+the dashboard tests fix ``clock.now()`` to it. Warm-prefix expiries and cooldowns are set around
+the real clock, since the queries compare them with SQLite's ``now``.
+"""
+
+import datetime as dt
+import os
+import pathlib
+import re
+import shutil
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import sqlite_utils
+import yaml
+from click.testing import CliRunner
+from datasette.app import Datasette
+
+import datasette_plugin
+from datasette_plugin import dashboard
+from datasette_plugin.queries import QUERIES, canned_queries, metadata, usd_sql
+from llm_accounts import clock, schema
+from llm_accounts.browse import child_environment
+from llm_accounts.cli import accounts as accounts_cli
+from llm_accounts.money import INT64_MAX, usd_exact
+
+from conftest import assert_no_key_material
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+NOW = dt.datetime(2026, 11, 5, 12, 0, tzinfo=dt.timezone.utc)
+USD = 10**9
+HOUR = dt.timedelta(hours=1)
+DAY = dt.timedelta(days=1)
+
+# name, rank, monthly budget, daily budget, block reason
+ACCOUNTS = [
+    ("alpha", 0, 50 * USD, 10 * USD, None),
+    ("beta", 1, 20 * USD, None, None),
+    ("gamma", 2, 100 * USD, None, None),
+    ("delta", 3, 5 * USD, 1 * USD, "auth_failed"),
+    ("omega", 4, 15 * USD, None, None),
+]
+PREVIOUS_BUDGETS = {"alpha": 40 * USD}
+LIVE_CERT = "3f2a9c7d1e5b" + "8" * 52
+LAPSED_CERT = "a1b2c3d4e5f6" + "0" * 52
+
+
+def attempts(now):
+    """The ledger's attempts: (id, account, created, state, outcome, cost, ceiling,
+    provider_error_type, rejection_class, failure_class, http_status)."""
+    previous = clock.credit_period(clock.credit_month(now))[0] - 10 * DAY
+    return [
+        ("a1", "alpha", now - 2 * DAY, "settled", "complete", 1_250_000_000, 3 * USD, None, None, None, 200),
+        ("a2", "alpha", now - DAY, "settled", "complete", 2_000_000_001, 3 * USD, None, None, None, 200),
+        ("a3", "alpha", now - 2 * HOUR, "settled", "complete", 750_000_000, 3 * USD, None, None, None, 200),
+        ("a4", "alpha", now - HOUR, "open", "provider_error", None, 1_500_000_000, "api_error", None, "provider_outage", 500),
+        ("a5", "alpha", now - DAY - 3 * HOUR, "open", None, None, 500_000_000, None, None, None, None),
+        ("a6", "alpha", now - HOUR / 2, "settled", "rate_limited", 0, 3 * USD, "rate_limit_error", "other", "rate_limited", 429),
+        ("a7", "alpha", previous, "settled", "complete", 30_123_456_789, 40 * USD, None, None, None, 200),
+        ("b1", "beta", now - 4 * DAY, "settled", "complete", 18_500_000_000, 19 * USD, None, None, None, 200),
+        ("b2", "beta", now - 3 * HOUR, "open", "stream_error", None, 250_000_000, None, None, "transport", None),
+        ("g1", "gamma", now - 4 * HOUR, "settled", "request_rejected", 0, USD, "invalid_request_error", "prompt_too_long", "semantic", 400),
+        ("g2", "gamma", now - 3 * HOUR, "settled", "request_rejected", 0, USD, "invalid_request_error", "prompt_too_long", "semantic", 400),
+        ("g3", "gamma", now - DAY, "settled", "rate_limited", 0, USD, "rate_limit_error", "other", "rate_limited", 429),
+        ("g4", "gamma", now - DAY - HOUR, "settled", "complete", 1, USD, None, None, None, 200),
+        ("g5", "gamma", now - 2 * DAY, "settled", "request_rejected", 0, USD, "invalid_request_error", "credit_balance_too_low", "quota_exhausted", 400),
+        ("e1", "delta", now - 3 * DAY, "settled", "complete", 4_500_000_000, 5 * USD, None, None, None, 200),
+        ("e2", "delta", now - 3 * DAY + HOUR, "settled", "auth_required", 0, USD, "authentication_error", "other", "auth", 401),
+        ("o1", "omega", previous, "settled", "complete", 2 * USD, 3 * USD, None, None, None, 200),
+    ]
+
+
+def build_ledger(path, now=NOW, wall=None):
+    """Write a ledger at ``path`` with the rows above, placed around ``now``.
+
+    ``wall`` (default: the real clock) anchors what the queries compare with SQLite's ``now``:
+    warm-prefix expiries and the failing account's cooldown.
+    """
+    wall = wall or clock.now()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    db = sqlite_utils.Database(path)
+    db.executescript(schema.TABLES)
+    db.execute(f"PRAGMA user_version = {schema.VERSION}")
+    iso = clock.isoformat
+    created = iso(now - 30 * DAY)
+    budgets = {name: (budget, daily) for name, _, budget, daily, _ in ACCOUNTS}
+    for name, rank, _, _, block in ACCOUNTS:
+        db["account"].insert(
+            dict(provider="anthropic", name=name, key_env=f"{name.upper()}_ANTHROPIC", rank=rank,
+                 weight=1, block_reason=block, blocked_at=iso(now - 2 * DAY) if block else None,
+                 removed_at=None, created_at=created)
+        )
+    months = set()
+    for (id_, account, at, state, outcome, cost, ceiling, error_type, rejection, failure, status) in attempts(now):
+        month = clock.credit_month(at)
+        if (account, month) not in months:
+            months.add((account, month))
+            current = month == clock.credit_month(now)
+            budget, daily = budgets[account]
+            db["month"].insert(
+                dict(provider="anthropic", name=account, month_utc=month,
+                     budget_nusd=budget if current else PREVIOUS_BUDGETS.get(account, budget),
+                     daily_budget_nusd=daily if current else None,
+                     key_env=f"{account.upper()}_ANTHROPIC", created_at=iso(at))
+            )
+        db["attempt"].insert(
+            dict(id=id_, scope_kind="conversation", scope_id=f"conv-{id_}", provider="anthropic",
+                 account=account, month_utc=month, day_utc=clock.utc_day(at), ceiling_nusd=ceiling,
+                 price_revision="2026-11-01", requested_model="claude-sonnet-4-5",
+                 served_model="claude-sonnet-4-5" if outcome == "complete" else None,
+                 request_digest="0" * 64, client=None, llm_response_id=None, state=state,
+                 outcome=outcome, provider_error_type=error_type, rejection_class=rejection,
+                 failure_class=failure, http_status=status, cost_nusd=cost, usage_json=None,
+                 request_id=None, created_at=iso(at),
+                 settled_at=iso(at + dt.timedelta(seconds=5)) if state == "settled" else None)
+        )
+    month = clock.credit_month(now)
+    for id_, account, delta in (("adj-beta", "beta", 1_250_000_000), ("adj-delta", "delta", USD)):
+        db["adjustment"].insert(
+            dict(id=id_, kind="correction", attempt_id=None, provider="anthropic", account=account,
+                 month_utc=month, delta_nusd=delta, source_ref="invoice", detail=None,
+                 created_at=iso(now - DAY))
+        )
+    db["warm_prefix"].insert_all(
+        [
+            dict(provider="anthropic", account="alpha", cert=LIVE_CERT, stable_tokens=4096,
+                 expires_at=iso(wall + HOUR)),
+            dict(provider="anthropic", account="gamma", cert=LAPSED_CERT, stable_tokens=None,
+                 expires_at=iso(wall - 2 * HOUR)),
+        ]
+    )
+    db["health"].insert_all(
+        [
+            dict(provider="anthropic", account="gamma", state="failing", failure_class="rate_limited",
+                 http_status=429, since=iso(now - DAY), last_failure_at=iso(now - DAY),
+                 last_success_at=iso(now - DAY - HOUR), cooldown_until=iso(wall + HOUR),
+                 probe_attempt_id=None),
+            dict(provider="anthropic", account="delta", state="failing", failure_class="auth",
+                 http_status=401, since=iso(now - 3 * DAY + HOUR),
+                 last_failure_at=iso(now - 3 * DAY + HOUR), last_success_at=None,
+                 cooldown_until=None, probe_attempt_id=None),
+        ]
+    )
+    db.close()
+    return path
+
+
+@pytest.fixture
+def ledger(ledger_path):
+    return build_ledger(ledger_path)
+
+
+@pytest.fixture
+def ds(ledger):
+    return Datasette([str(ledger)])
+
+
+async def rows(ds, query, **params):
+    query_string = "&".join(f"{key}={value}" for key, value in params.items())
+    response = await ds.client.get(f"/accounts-ledger/{query}.json?_shape=array&{query_string}")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def money(row, *columns):
+    return tuple(row[column] for column in columns)
+
+
+# The queries' one definition
+
+
+def test_metadata_yml_carries_the_module_queries():
+    with open(ROOT / "metadata.yml") as fp:
+        assert yaml.safe_load(fp) == metadata()
+
+
+def test_metadata_yml_is_regenerated_from_the_module():
+    from cogapp import Cog
+
+    assert Cog().main(["cog", "--check", str(ROOT / "metadata.yml")]) == 0
+
+
+def test_metadata_yml_names_the_default_ledger_database():
+    from llm_accounts.paths import ledger_path
+
+    assert pathlib.Path(ledger_path()).stem in metadata()["databases"]
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
+def test_each_query_has_a_title_and_a_description(query):
+    assert query.title and query.description
+    assert canned_queries()[query.name]["title"] == query.title
+
+
+@pytest.mark.parametrize("nusd", [0, 1, 999_999_999, USD, 12_340_000_000, -1, -1_500_000_000, INT64_MAX])
+def test_usd_sql_formats_nanodollars_exactly(nusd):
+    (text,) = sqlite3.connect(":memory:").execute(f"select {usd_sql('n')} from (select ? as n)", [nusd]).fetchone()
+    assert text == usd_exact(nusd)
+
+
+def test_usd_sql_keeps_null_as_null():
+    (text,) = sqlite3.connect(":memory:").execute(f"select {usd_sql('n')} from (select null as n)").fetchone()
+    assert text is None
+
+
+# Read-only
+
+WRITE_WORDS = re.compile(r"\b(insert|update|delete|drop|alter|create|attach|detach|pragma|replace|vacuum|reindex)\b", re.I)
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
+def test_query_is_declared_read_only(query):
+    definition = canned_queries()[query.name]
+    assert not definition.get("write")
+    assert not WRITE_WORDS.search(query.sql)
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
+def test_query_runs_on_a_read_only_copy_with_only_reads_authorized(query, ledger, tmp_path):
+    copy = tmp_path / "copy.db"
+    shutil.copy(ledger, copy)
+    before = copy.read_bytes()
+    conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+    allowed = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+    denied = []
+
+    def authorizer(action, *args):
+        if action in allowed:
+            return sqlite3.SQLITE_OK
+        denied.append(action)
+        return sqlite3.SQLITE_DENY
+
+    conn.set_authorizer(authorizer)
+    result = conn.execute(query.sql, {name: "" for name in query.params}).fetchall()
+    conn.close()
+    assert denied == []
+    assert result
+    assert copy.read_bytes() == before
+
+
+@pytest.mark.asyncio
+async def test_datasette_registers_every_query_as_read_only(ds):
+    await ds.invoke_startup()
+    if hasattr(ds, "get_query"):  # Datasette 1.0 alphas: stored queries
+        registered = {query.name: await ds.get_query("accounts-ledger", query.name) for query in QUERIES}
+        assert all(stored is not None and not stored.is_write for stored in registered.values())
+    else:  # Datasette 0.65: canned queries
+        registered = await ds.get_canned_queries("accounts-ledger", None)
+        assert all(not registered[query.name].get("write") for query in QUERIES)
+    assert set(registered) == {query.name for query in QUERIES}
+
+
+# Each query's numbers
+
+
+@pytest.mark.asyncio
+async def test_spend_by_month_shows_exact_dollars_per_account_and_period(ds):
+    result = await rows(ds, "spend_by_month")
+    columns = ("account", "credit_period", "budget_usd", "settled_usd", "open_ceilings_usd", "remaining_usd", "utilization_percent")
+    assert [money(row, *columns) for row in result] == [
+        ("alpha", "2026-11", "50.000000000", "4.000000001", "2.000000000", "43.999999999", 12.0),
+        ("beta", "2026-11", "20.000000000", "19.750000000", "0.250000000", "0.000000000", 100.0),
+        ("delta", "2026-11", "5.000000000", "5.500000000", "0.000000000", "-0.500000000", 110.0),
+        ("gamma", "2026-11", "100.000000000", "0.000000001", "0.000000000", "99.999999999", 0.0),
+        ("alpha", "2026-10", "40.000000000", "30.123456789", "0.000000000", "9.876543211", 75.31),
+        ("omega", "2026-10", "15.000000000", "2.000000000", "0.000000000", "13.000000000", 13.33),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_spend_by_month_filters_by_account_and_month(ds):
+    assert [(row["account"], row["credit_period"]) for row in await rows(ds, "spend_by_month", account="alpha")] == [
+        ("alpha", "2026-11"),
+        ("alpha", "2026-10"),
+    ]
+    assert [row["account"] for row in await rows(ds, "spend_by_month", month="2026-10")] == ["alpha", "omega"]
+    assert [row["settled_usd"] for row in await rows(ds, "spend_by_month", account="beta", month="2026-11")] == [
+        "19.750000000"
+    ]
+
+
+@pytest.mark.asyncio
+async def test_spend_today_shows_one_utc_day_against_daily_budgets(ds):
+    result = await rows(ds, "spend_today", day="2026-11-05")
+    columns = ("account", "day", "attempts", "settled_usd", "open_ceilings_usd", "daily_budget_usd", "remaining_today_usd")
+    assert [money(row, *columns) for row in result] == [
+        ("alpha", "2026-11-05", 3, "0.750000000", "1.500000000", "10.000000000", "7.750000000"),
+        ("beta", "2026-11-05", 1, "0.000000000", "0.250000000", None, None),
+        ("delta", "2026-11-05", 0, "0.000000000", "0.000000000", "1.000000000", "1.000000000"),
+        ("gamma", "2026-11-05", 2, "0.000000000", "0.000000000", None, None),
+        ("omega", "2026-11-05", 0, "0.000000000", "0.000000000", None, None),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_spend_today_filters_by_account(ds):
+    result = await rows(ds, "spend_today", day="2026-11-04", account="alpha")
+    assert [money(row, "attempts", "settled_usd", "open_ceilings_usd") for row in result] == [
+        (2, "2.000000001", "0.500000000")
+    ]
+
+
+@pytest.mark.asyncio
+async def test_spend_today_defaults_to_the_current_utc_day(ds):
+    before = clock.utc_day(clock.now())
+    result = await rows(ds, "spend_today")
+    after = clock.utc_day(clock.now())
+    assert {row["day"] for row in result} <= {before, after}
+    assert len(result) == len(ACCOUNTS)
+
+
+@pytest.mark.asyncio
+async def test_open_attempts_lists_unknown_outcomes_oldest_first(ds):
+    result = await rows(ds, "open_attempts")
+    assert [money(row, "attempt_id", "account", "outcome", "ceiling_usd") for row in result] == [
+        ("a5", "alpha", None, "0.500000000"),
+        ("b2", "beta", "stream_error", "0.250000000"),
+        ("a4", "alpha", "provider_error", "1.500000000"),
+    ]
+    assert all(re.fullmatch(r"\d+d \d\dh \d\dm", row["open_for"]) for row in result)
+    assert [row["attempt_id"] for row in await rows(ds, "open_attempts", account="beta")] == ["b2"]
+
+
+@pytest.mark.asyncio
+async def test_attempts_by_outcome_counts_and_costs(ds):
+    result = await rows(ds, "attempts_by_outcome", account="alpha", month="2026-11")
+    columns = ("state", "outcome", "attempts", "cost_usd", "open_ceilings_usd")
+    assert [money(row, *columns) for row in result] == [
+        ("settled", "complete", 3, "4.000000001", "0.000000000"),
+        ("open", None, 1, "0.000000000", "0.500000000"),
+        ("open", "provider_error", 1, "0.000000000", "1.500000000"),
+        ("settled", "rate_limited", 1, "0.000000000", "0.000000000"),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_rejection_classes_group_by_type_and_class(ds):
+    result = await rows(ds, "rejection_classes", month="2026-11")
+    columns = ("account", "provider_error_type", "rejection_class", "attempts", "http_statuses")
+    assert [money(row, *columns) for row in result] == [
+        ("alpha", "api_error", None, 1, "500"),
+        ("alpha", "rate_limit_error", "other", 1, "429"),
+        ("delta", "authentication_error", "other", 1, "401"),
+        ("gamma", "invalid_request_error", "prompt_too_long", 2, "400"),
+        ("gamma", "invalid_request_error", "credit_balance_too_low", 1, "400"),
+        ("gamma", "rate_limit_error", "other", 1, "429"),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_rejection_classes_filter_by_account(ds):
+    result = await rows(ds, "rejection_classes", account="gamma")
+    assert {row["account"] for row in result} == {"gamma"}
+    assert sum(row["attempts"] for row in result) == 4
+
+
+@pytest.mark.asyncio
+async def test_warm_prefixes_show_live_and_lapsed_with_short_certificates(ds):
+    result = await rows(ds, "warm_prefixes")
+    assert [money(row, "account", "cert", "status", "stable_tokens") for row in result] == [
+        ("alpha", LIVE_CERT[:12], "live", 4096),
+        ("gamma", LAPSED_CERT[:12], "lapsed", None),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_health_shows_ok_cooling_and_blocked_accounts(ds):
+    result = await rows(ds, "health")
+    columns = ("account", "status", "block_reason", "failure_class", "http_status")
+    assert [money(row, *columns) for row in result] == [
+        ("alpha", "ok", None, None, None),
+        ("beta", "ok", None, None, None),
+        ("gamma", "cooling", None, "rate_limited", 429),
+        ("delta", "blocked", "auth_failed", "auth", 401),
+        ("omega", "ok", None, None, None),
+    ]
+
+
+# Which databases get the queries
+
+
+@pytest.mark.asyncio
+async def test_a_database_without_the_ledger_tables_gets_no_queries(ledger, tmp_path):
+    other = tmp_path / "other.db"
+    sqlite_utils.Database(other)["notes"].insert({"text": "hello"})
+    ds = Datasette([str(ledger), str(other)])
+    assert (await ds.client.get("/accounts-ledger/spend_by_month.json")).status_code == 200
+    for query in QUERIES:
+        assert (await ds.client.get(f"/other/{query.name}.json")).status_code == 404
+
+
+@pytest.mark.asyncio
+async def test_the_plugin_is_installed(ds):
+    response = await ds.client.get("/-/plugins.json")
+    assert "llm-accounts" in {plugin["name"] for plugin in response.json()}
+
+
+# The dashboard
+
+
+@pytest.fixture
+def at_now(monkeypatch):
+    monkeypatch.setattr(clock, "now", lambda: NOW)
+
+
+async def dashboard_html(ds):
+    response = await ds.client.get("/-/llm-accounts")
+    assert response.status_code == 200
+    return response.text
+
+
+def account_row(html, name):
+    match = re.search(rf'<tr class="llma-account[^"]*" data-account="{name}">(.*?)</tr>', html, re.S)
+    assert match, f"no row for {name}"
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", match.group(1))).strip()
+
+
+@pytest.mark.asyncio
+async def test_dashboard_shows_each_account_with_its_money(ds, at_now):
+    html = await dashboard_html(ds)
+    # budget, settled, open ceilings, remaining, used, today (open part), daily budget
+    assert account_row(html, "alpha").startswith("alpha ok $50.00 $4.00 $2.00 $44.00 12.0% $2.25 $1.50 open $10.00")
+    assert "$20.00 $19.75 $0.25 $0.00 100.0%" in account_row(html, "beta")
+    assert "$5.00 $5.50 $0.00 -$0.50 110.0%" in account_row(html, "delta")
+    assert "$100.00 $0.00 $0.00 $100.00 0.0%" in account_row(html, "gamma")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_marks_a_reached_budget(ds, at_now):
+    html = await dashboard_html(ds)
+    assert "Budget reached" in account_row(html, "beta")
+    assert "Budget reached" in account_row(html, "delta")
+    assert "Budget reached" not in account_row(html, "alpha")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_marks_failing_and_blocked_accounts(ds, at_now):
+    html = await dashboard_html(ds)
+    assert "Failing: rate_limited, HTTP 429" in account_row(html, "gamma")
+    assert "cooling until" in account_row(html, "gamma")
+    assert "Blocked: auth_failed" in account_row(html, "delta")
+    assert "Failing" not in account_row(html, "alpha")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_shows_the_last_success(ds, at_now):
+    html = await dashboard_html(ds)
+    assert account_row(html, "gamma").endswith("2026-11-04 11:00")  # the health row's
+    assert account_row(html, "alpha").endswith("2026-11-05 10:00")  # the latest complete attempt
+
+
+@pytest.mark.asyncio
+async def test_dashboard_reads_a_budget_from_an_earlier_period_when_unused_this_one(ds, at_now):
+    assert account_row(await dashboard_html(ds), "omega").startswith("omega ok $15.00 from 2026-10 $0.00")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_draws_budget_bars_for_each_account(ds, at_now):
+    html = await dashboard_html(ds)
+    chart = re.search(r'<svg class="llma-chart llma-budget-chart".*?</svg>', html, re.S).group(0)
+    for name in ("alpha", "beta", "gamma", "delta", "omega"):
+        assert f"<title>{name}: budget " in chart
+    assert "<title>alpha: settled $4.00</title>" in chart
+    assert "<title>alpha: open ceilings $2.00</title>" in chart
+
+
+@pytest.mark.asyncio
+async def test_dashboard_draws_spend_per_day_of_the_credit_period(ds, at_now):
+    html = await dashboard_html(ds)
+    chart = re.search(r'<svg class="llma-chart llma-daily-chart".*?</svg>', html, re.S).group(0)
+    assert "<title>2026-11-05 alpha: settled $0.75</title>" in chart
+    assert "<title>2026-11-05: open ceilings $1.75</title>" in chart
+    assert "<title>2026-11-01 beta: settled $18.50</title>" in chart
+    assert "2026-10" not in re.sub(r"<title id=.*?</title>", "", chart)  # a7 is last period's
+
+
+@pytest.mark.asyncio
+async def test_dashboard_links_to_every_query(ds, at_now):
+    html = await dashboard_html(ds)
+    for query in QUERIES:
+        assert f'href="/accounts-ledger/{query.name}"' in html
+
+
+@pytest.mark.asyncio
+async def test_dashboard_leaves_out_databases_without_the_ledger(tmp_path, at_now):
+    other = tmp_path / "other.db"
+    sqlite_utils.Database(other)["notes"].insert({"text": "hello"})
+    html = await dashboard_html(Datasette([str(other)]))
+    assert "No attached database holds the llm-accounts ledger" in html
+    assert 'href="/other/' not in html
+
+
+@pytest.mark.asyncio
+async def test_menu_links_to_the_dashboard(ds):
+    response = await ds.client.get("/")
+    assert 'href="/-/llm-accounts"' in response.text
+
+
+def test_period_days_cover_the_credit_period():
+    days = dashboard.period_days("2026-11")
+    assert (days[0], days[-1], len(days)) == ("2026-10-31", "2026-11-29", 30)
+
+
+@pytest.mark.parametrize(
+    "maximum, ticks",
+    [(7 * USD, [0, 2 * USD, 4 * USD, 6 * USD, 8 * USD]), (100 * USD, [0, 50 * USD, 100 * USD]), (3, [0, 1, 2, 3])],
+)
+def test_chart_ticks_are_round_amounts(maximum, ticks):
+    assert dashboard._ticks(maximum) == ticks
+
+
+# llm accounts browse
+
+
+def test_browse_child_environment_drops_every_key(canary_key):
+    environ = {
+        "PATH": "/usr/bin",
+        "ALPHA_ANTHROPIC": canary_key,
+        "ANTHROPIC_API_KEY": canary_key,
+        "OPENAI_API_KEY": canary_key,
+        "SOME_KEY": canary_key,
+        "LLM_USER_PATH": "/tmp/x",
+    }
+    env = child_environment(environ, {"ALPHA_ANTHROPIC"})
+    assert env == {"PATH": "/usr/bin", "LLM_USER_PATH": "/tmp/x"}
+
+
+def test_browse_refuses_when_there_is_no_ledger(ledger_path):
+    result = CliRunner().invoke(accounts_cli, ["browse"])
+    assert result.exit_code == 1
+    assert "ledger_unavailable: no ledger at" in result.output
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(url, process, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            output = process.stdout.read().decode(errors="replace") if process.stdout else ""
+            raise AssertionError(f"server exited with {process.returncode}: {output[-2000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                return response.read().decode()
+        except OSError:
+            time.sleep(0.2)
+    raise AssertionError(f"{url} did not answer")
+
+
+def descendants(pid):
+    """Process ids below ``pid``, read from /proc (Linux)."""
+    found, queue = [], [pid]
+    while queue:
+        current = queue.pop()
+        try:
+            children = pathlib.Path(f"/proc/{current}/task/{current}/children").read_text().split()
+        except OSError:
+            continue
+        found += [int(child) for child in children]
+        queue += [int(child) for child in children]
+    return found
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/task").exists(), reason="needs /proc to read the child's environment")
+def test_browse_serves_the_dashboard_from_a_child_without_keys(ledger, canary_key, tmp_path):
+    env = dict(os.environ)
+    env["ANTHROPIC_ACCOUNTS"] = '[{"name": "alpha", "key_env": "ALPHA_ANTHROPIC", "budget_usd": "50"}]'
+    env["ALPHA_ANTHROPIC"] = canary_key
+    env["ANTHROPIC_API_KEY"] = canary_key
+    port = free_port()
+    llm = pathlib.Path(sys.executable).parent / "llm"
+    process = subprocess.Popen(
+        [str(llm), "accounts", "browse", "--port", str(port)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        html = wait_for(f"http://127.0.0.1:{port}/-/llm-accounts", process)
+        assert 'data-account="alpha"' in html
+        children = descendants(process.pid)
+        assert children
+        for child in children:
+            assert_no_key_material(pathlib.Path(f"/proc/{child}/environ").read_bytes().decode(errors="replace"), canary_key)
+    finally:
+        process.terminate()  # browse passes it on to Datasette
+        try:
+            output = process.communicate(timeout=15)[0].decode(errors="replace")
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    assert_no_key_material(output, canary_key)
+    assert not [child for child in children if pathlib.Path(f"/proc/{child}").exists()]
