@@ -23,6 +23,17 @@ async def is_ledger(db):
     return set(LEDGER_TABLES) <= set(await db.table_names())
 
 
+def route_name(datasette, query, tables):
+    """The name to link ``query`` by.
+
+    Datasette 0.65 serves a canned query before a table of the same name; the 1.0 alphas serve
+    the table, so there a query named like a table (``health``) is linked by its alias.
+    """
+    if hasattr(datasette, "add_query") and query.name in tables and query.alias:
+        return query.alias
+    return query.name
+
+
 @hookimpl
 def canned_queries(datasette, database, actor):
     # Datasette 0.65; the 1.0 alphas never call this hook.
@@ -46,16 +57,17 @@ def startup(datasette):
             if not await is_ledger(db):
                 continue
             for query in QUERIES:
-                await datasette.add_query(
-                    db.name,
-                    query.name,
-                    query.sql,
-                    title=query.title,
-                    description=query.description,
-                    parameters=list(query.params),
-                    is_trusted=True,
-                    source=SOURCE,
-                )
+                for name in query.names:
+                    await datasette.add_query(
+                        db.name,
+                        name,
+                        query.sql,
+                        title=query.title,
+                        description=query.description,
+                        parameters=list(query.params),
+                        is_trusted=True,
+                        source=SOURCE,
+                    )
 
     return inner
 
@@ -93,12 +105,13 @@ async def dashboard_view(datasette, request):
         if not await _allowed(datasette, request.actor, "view-database", db.name):
             continue
         ledger = await dashboard.load(db, now)
+        tables = set(await db.table_names())
         ledger["queries"] = [
             {
                 "name": query.name,
                 "title": query.title,
                 "description": query.description,
-                "url": datasette.urls.query(db.name, query.name),
+                "url": datasette.urls.query(db.name, route_name(datasette, query, tables)),
             }
             for query in QUERIES
         ]

@@ -260,7 +260,7 @@ class Chart:
 
 BUDGET_ROW = 46
 BUDGET_LEFT = 130
-BUDGET_RIGHT = 250
+BUDGET_RIGHT = 300
 BUDGET_WIDTH = 1000
 
 
@@ -317,7 +317,12 @@ def budget_chart(summaries):
             dict(x1=x(row.budget_nusd), y1=y - 5, x2=x(row.budget_nusd), y2=y + bar + 5, css="budget-mark")
         )
         text = f"{usd(row.used_nusd)} of {usd(row.budget_nusd)} ({row.utilization})"
-        css = "value bad" if row.budget_reached else "value warn" if row.near_budget else "value"
+        if row.budget_reached:
+            text, css = text + " budget reached", "value bad"
+        elif row.near_budget:
+            text, css = text + " near budget", "value warn"
+        else:
+            css = "value"
         chart.labels.append(
             dict(x=BUDGET_WIDTH - BUDGET_RIGHT + 14, y=y + bar / 2 + 5, text=text, anchor="start", css=css)
         )

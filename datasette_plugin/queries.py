@@ -39,6 +39,13 @@ class Query:
     description: str
     sql: str
     params: tuple = ()
+    # Datasette 1.0 alphas route /db/<name> to a table before a stored query of the same name,
+    # so a query named like a ledger table is also registered under this alias.
+    alias: str = None
+
+    @property
+    def names(self):
+        return (self.name, self.alias) if self.alias else (self.name,)
 
     def as_metadata(self):
         """The query as Datasette 0.65 metadata (``databases: <db>: queries: <name>:``)."""
@@ -274,6 +281,7 @@ order by status = 'lapsed', expires_at desc, account, cert""",
 
 HEALTH = Query(
     name="health",
+    alias="account_health",
     title="Account health",
     description=(
         "Each account's health: ok, failing (with its failure class and HTTP status), cooling "
@@ -316,12 +324,19 @@ QUERIES = (
 
 
 def canned_queries():
-    """``{name: {title, description, sql, params}}``, as the 0.65 ``canned_queries`` hook wants."""
-    return {query.name: query.as_metadata() for query in QUERIES}
+    """``{name: {title, description, sql, params}}``, as the 0.65 ``canned_queries`` hook wants.
+
+    A query with an alias appears under both names.
+    """
+    return {name: query.as_metadata() for query in QUERIES for name in query.names}
 
 
 def metadata():
-    """The whole of ``metadata.yml``: the queries under each usual ledger database name."""
+    """The whole of ``metadata.yml``: the queries under each usual ledger database name.
+
+    Datasette 0.65 reads it with ``-m metadata.yml``; the 1.0 alphas moved queries to the
+    configuration file, and read the same file with ``-c metadata.yml``.
+    """
     return {
         "title": "llm-accounts ledger",
         "description": "Spend, budgets and health of the accounts llm-accounts routes across.",

@@ -65,8 +65,13 @@ def standin(port, config_path, host):
         config = load_config(config_path)
     except ConfigError as error:
         fail(error)
+
+    def ready(base_url):
+        click.echo(base_url)
+        click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
+
     try:
-        serve(config, host, port, on_ready=click.echo)
+        serve(config, host, port, on_ready=ready)
     except OSError as error:
         fail(f"--port: cannot listen on {host}:{port} ({error.strerror or 'address unavailable'})")
 
@@ -453,3 +458,321 @@ def demo(keep):
     from .demo import run_demo
 
     run_demo(keep=keep)
+
+
+# The ledger: status, attempts, blocks, reconciliation, corrections, rebinding (design.md "Ledger").
+
+
+def _ledger():
+    from .errors import AccountsError
+    from .ledger import Ledger
+
+    try:
+        return Ledger()
+    except AccountsError as error:
+        fail(error)
+
+
+def _declared_accounts(strict=False):
+    """The declared accounts, or () when the declaration cannot be read and ``strict`` is off
+    (block, unblock and friends work by name from the ledger alone)."""
+    from .declarations import load_declaration
+    from .errors import AccountsError
+
+    try:
+        return load_declaration().accounts
+    except AccountsError as error:
+        if strict:
+            fail(error)
+        return ()
+
+
+def _declared_or_name(name):
+    return next((a for a in _declared_accounts() if a.name == name), name)
+
+
+def _usd_option(text, field, *, signed=False, allow_zero=False):
+    """A dollar amount from the command line as nanodollars; only ``--delta`` takes a sign."""
+    import re
+
+    from .errors import AccountsError
+    from .money import parse_usd
+
+    sign = 1
+    if signed and text[:1] in ("-", "+"):
+        sign, text = (-1 if text[0] == "-" else 1), text[1:]
+    if allow_zero and re.fullmatch(r"0+(\.0{1,9})?", text):
+        return 0
+    try:
+        return sign * parse_usd(text, field)
+    except AccountsError as error:
+        fail(error)
+
+
+def _table(rows):
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@accounts.command()
+@click.option("json_", "--json", is_flag=True, help="Output JSON")
+def status(json_):
+    """Budget, spend, open ceilings, remaining, today's spend and health per account.
+
+    Figures are for the current credit period (it starts 00:00 UTC on the last day of the
+    previous month). "open" is the worst-case ceiling of attempts not yet settled.
+
+    \b
+    Example:
+        llm accounts status
+        llm accounts status --json
+    """
+    from .errors import AccountsError
+    from .money import usd
+    from .paths import ledger_path
+
+    declared = _declared_accounts(strict=True)
+    if not declared and not ledger_path().exists():
+        if json_:
+            echo_json({"routed": False, "accounts": []})
+        else:
+            click.echo("No accounts declared: claude-routed sends unrouted with your 'anthropic' key, without the ledger")
+        return
+    ledger = _ledger()
+    try:
+        lines = ledger.status(declared)
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        echo_json({"routed": bool(declared), "accounts": [line.as_dict() for line in lines]})
+        return
+    if not declared:
+        click.echo("No accounts declared: claude-routed sends unrouted. Ledger history:")
+    if not lines:
+        click.echo("No accounts in the ledger yet")
+        return
+    rows = [("account", "budget", "spent", "open", "remaining", "today", "health", "last success", "notes")]
+    for line in lines:
+        today = "-"
+        if line.daily_budget_nusd is not None:
+            today = f"{usd(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+        health = line.health
+        if health in ("cooling", "probing") and line.failure_class:
+            health = f"{health} ({line.failure_class})"
+            if line.cooldown_until and health.startswith("cooling"):
+                health += f" until {line.cooldown_until[11:16]} UTC"
+        notes = []
+        if line.blocked_reason:
+            notes.append(f"BLOCKED ({line.blocked_reason})")
+        if line.config_conflict:
+            notes.append("declaration differs from this period's budget")
+        if not line.declared:
+            notes.append("not declared")
+        if line.open_attempts:
+            notes.append(f"{line.open_attempts} open")
+        rows.append(
+            (
+                line.name,
+                usd(line.budget_nusd),
+                usd(line.spent_nusd),
+                usd(line.open_ceiling_nusd),
+                usd(line.remaining_nusd),
+                today,
+                health,
+                line.last_success_at[:16].replace("T", " ") if line.last_success_at else "-",
+                "; ".join(notes),
+            )
+        )
+    _table(rows)
+    first = lines[0]
+    click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+
+
+@accounts.command()
+@click.option("open_", "--open", is_flag=True, help="Only attempts still holding their ceiling")
+@click.option("--account", metavar="NAME", help="Only this account's attempts")
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Newest N attempts")
+@click.option("json_", "--json", is_flag=True, help="Output JSON")
+def attempts(open_, account, limit, json_):
+    """List attempts, newest first: id, account, state, outcome, ceiling and cost.
+
+    An open attempt keeps its ceiling counted against the budget until it is settled or
+    reconciled ('llm accounts reconcile ATTEMPT_ID --cost USD --source REF').
+
+    \b
+    Example:
+        llm accounts attempts --open
+        llm accounts attempts --account work --limit 5 --json
+    """
+    from .errors import AccountsError
+    from .money import usd
+
+    filters = {"state": "open"} if open_ else {}
+    if account:
+        filters["account"] = account
+    try:
+        rows = _ledger().attempts(limit=limit, **filters)
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        for row in rows:
+            row["usage"] = json.loads(row.pop("usage_json")) if row.get("usage_json") else None
+        echo_json(rows)
+        return
+    if not rows:
+        click.echo("No open attempts" if open_ else "No attempts")
+        return
+    table = [("id", "created (UTC)", "account", "state", "outcome", "ceiling", "cost", "model")]
+    for row in rows:
+        table.append(
+            (
+                row["id"],
+                row["created_at"][:19].replace("T", " "),
+                row["account"],
+                row["state"],
+                row["outcome"] or "-",
+                usd(row["ceiling_nusd"], 4),
+                usd(row["cost_nusd"], 4),
+                row["served_model"] or row["requested_model"],
+            )
+        )
+    _table(table)
+
+
+@accounts.command()
+@click.argument("name")
+def block(name):
+    """Stop new attempts on an account until 'llm accounts unblock NAME'.
+
+    Conversations bound to it are refused rather than moved (move one with 'llm accounts rebind').
+
+    \b
+    Example:
+        llm accounts block work
+    """
+    from .errors import AccountsError
+
+    try:
+        result = _ledger().block(_declared_or_name(name), "manual")
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Account {name} {'was already blocked' if result == 'already_blocked' else 'blocked'}; unblock it with: llm accounts unblock {name}")
+
+
+@accounts.command()
+@click.argument("name")
+@click.option("--source", default="llm accounts unblock", show_default=True, metavar="REF", help="Why it is safe to unblock (recorded)")
+@click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one; repeat an id to make the command idempotent)")
+def unblock(name, source, adjustment_id):
+    """Clear an account's block (auth failure, settlement conflict, ceiling exceeded or manual).
+
+    The unblock is recorded in the ledger's adjustment table with its source.
+
+    \b
+    Example:
+        llm accounts unblock work --source "rotated key 2026-11-03"
+    """
+    import uuid
+
+    from .errors import AccountsError
+
+    try:
+        result = _ledger().clear_block(adjustment_id or uuid.uuid4().hex, _declared_or_name(name), source)
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Account {name} was not blocked" if result == "not_blocked" else f"Account {name} unblocked")
+
+
+@accounts.command()
+@click.argument("attempt_id")
+@click.option("--cost", required=True, metavar="USD", help="What the attempt really cost, in US dollars (0 allowed)")
+@click.option("--source", required=True, metavar="REF", help="Where the figure comes from (console usage page, invoice line)")
+@click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one)")
+def reconcile(attempt_id, cost, source, adjustment_id):
+    """Settle an open attempt at a known cost, recorded with its source.
+
+    Use it for attempts left open by an unknown outcome (5xx, a broken stream, a killed
+    process): until then their ceiling counts against the budget. A settled cost is never
+    rewritten; use 'llm accounts adjust' for corrections.
+
+    \b
+    Example:
+        llm accounts attempts --open
+        llm accounts reconcile 0f6c3a52-... --cost 0.0412 --source "console usage 2026-11-03"
+    """
+    import uuid
+
+    from .errors import AccountsError
+    from .money import usd
+
+    nusd = _usd_option(cost, "--cost", allow_zero=True)
+    try:
+        result = _ledger().reconcile(adjustment_id or uuid.uuid4().hex, attempt_id, nusd, source)
+    except AccountsError as error:
+        fail(error)
+    if result == "already_recorded":
+        click.echo(f"Attempt {attempt_id} was already reconciled with this id")
+    else:
+        click.echo(f"Attempt {attempt_id} settled at {usd(nusd, 4)}")
+
+
+@accounts.command()
+@click.argument("name")
+@click.option("--month", required=True, metavar="YYYY-MM", help="Credit period to correct")
+@click.option("--delta", required=True, metavar="USD", help="Signed change to that period's spend, such as 1.25 or -0.40")
+@click.option("--source", required=True, metavar="REF", help="Where the correction comes from")
+@click.option("attempt_id", "--attempt", metavar="ID", help="The attempt this corrects, if any")
+@click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one)")
+def adjust(name, month, delta, source, attempt_id, adjustment_id):
+    """Correct an account's spend for a credit period by a signed amount, with its source.
+
+    Use it when the provider's figures differ from the ledger's (spend made outside this
+    ledger, a credit, a correction to a settled attempt). Attempts are never rewritten.
+
+    \b
+    Example:
+        llm accounts adjust work --month 2026-11 --delta 3.20 --source "console: spend outside llm"
+        llm accounts adjust work --month 2026-11 --delta -0.50 --source "invoice credit"
+    """
+    import uuid
+
+    from .errors import AccountsError
+    from .money import usd
+
+    nusd = _usd_option(delta, "--delta", signed=True)
+    try:
+        result = _ledger().adjust(
+            adjustment_id or uuid.uuid4().hex, _declared_or_name(name), month, nusd, source, attempt_id=attempt_id
+        )
+    except AccountsError as error:
+        fail(error)
+    if result == "already_recorded":
+        click.echo("This adjustment was already recorded")
+    else:
+        click.echo(f"Recorded {'+' if nusd > 0 else '-'}{usd(abs(nusd), 4)} for {name} in {month}")
+
+
+@accounts.command()
+@click.argument("conversation_id")
+@click.argument("name")
+@click.option("--source", default="llm accounts rebind", show_default=True, metavar="REF", help="Why it moves (recorded)")
+def rebind(conversation_id, name, source):
+    """Move a conversation to another account.
+
+    A conversation never moves by itself (its prompt cache lives in one account); this moves
+    it explicitly and records the move. The next 'llm -c' uses NAME.
+
+    \b
+    Example:
+        llm logs list -n 1 --json | jq -r '.[0].conversation_id'
+        llm accounts rebind 01jd7k2m4q8r3t5v6w7x8y9z0a home
+    """
+    from .errors import AccountsError
+    from .ledger import Scope
+
+    try:
+        old = _ledger().rebind(Scope("conversation", conversation_id), _declared_or_name(name), source)
+    except AccountsError as error:
+        fail(error)
+    click.echo(f"Conversation {conversation_id} now uses account {name}" + (f" (was {old})" if old and old != name else ""))

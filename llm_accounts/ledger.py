@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 
-from . import clock, health, paths, schema, selection
+from . import clock, health, schema, selection
 from .errors import AccountsError
 from .money import INT64_MAX, usd
 
@@ -455,7 +455,7 @@ class _Facts:
     day_open_nusd: int = 0
     adjusted_nusd: int = 0
     open_attempts: int = 0
-    health: health.Health | None = None
+    record: health.Health | None = None
     probe_taken: bool = False
     in_ledger: bool = False
 
@@ -480,7 +480,7 @@ class _Facts:
             day_open_nusd=row["day_open_nusd"] or 0,
             adjusted_nusd=row["adjusted_nusd"],
             open_attempts=row["open_attempts"],
-            health=h,
+            record=h,
             probe_taken=health.probe_outstanding(
                 h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
             ),
@@ -522,7 +522,11 @@ class Ledger:
     share it; processes coordinate through SQLite's file lock."""
 
     def __init__(self, path=None):
-        self.path = pathlib.Path(path) if path is not None else paths.ledger_path()
+        if path is None:
+            from . import paths  # imports llm; only needed for the default path
+
+            path = paths.ledger_path()
+        self.path = pathlib.Path(path)
         self._lock = threading.Lock()
         self._conn = None
         self._run("open", self._open, transaction=False)
@@ -673,11 +677,18 @@ class Ledger:
 
     # -- reserve -------------------------------------------------------------------------------
 
-    def reserve(self, scope, attempt_id, quote, accounts, *, pinned=None, client=None, llm_response_id=None, now=None):
+    def reserve(
+        self, scope, attempt_id, quote, accounts, *, pinned=None, client=None, llm_response_id=None, exclude=(), now=None
+    ):
         """Admit one physical attempt, or refuse with an ``AccountsError``.
 
         A bound scope uses its binding; a new scope selects among ``accounts`` (the current
         declaration) and is bound in the same transaction. ``pinned`` restricts it to one account.
+
+        ``exclude`` is the bounded move-on of a new conversation (design.md "Failover"): accounts
+        already tried are not selected, and a scope whose every attempt was refused unbilled
+        (429, 529 or never sent) still counts as new while its bound account is excluded, so it is
+        bound to the next candidate.
         """
         now = now or clock.now()
         _check_scope(scope)
@@ -690,11 +701,12 @@ class Ledger:
             _check(client, _CLIENT, "client", "must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
         if llm_response_id is not None:
             _check_id(llm_response_id, "llm_response_id")
+        exclude = frozenset(exclude or ())
         return self._run(
-            "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, now
+            "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now
         )
 
-    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, now):
+    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now):
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
         if conn.execute("SELECT 1 FROM attempt WHERE id = ?", (attempt_id,)).fetchone():
@@ -714,6 +726,9 @@ class Ledger:
             "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
             (scope.kind, scope.id, provider),
         ).fetchone()
+        moving = bound is not None and bound["account"] in exclude and _unbilled(conn, scope)
+        if moving:
+            bound = None
         if bound is not None:
             verdict = self._bound_verdict(conn, provider, bound["account"], pinned, declared, facts, quote, day, now)
         elif pinned is not None:
@@ -721,10 +736,16 @@ class Ledger:
                 raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
             verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now)
         else:
-            verdict = self._select(conn, provider, declared, facts, quote, day, now)
+            pool = {name: account for name, account in declared.items() if name not in exclude}
+            verdict = self._select(conn, provider, pool, facts, quote, day, now)
         if verdict.code:
             raise AccountsError(verdict.code, verdict.message, account=verdict.account.name)
-        self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, bound is None, client, llm_response_id)
+        self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
+        if moving:
+            conn.execute(
+                "UPDATE binding SET account = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+                (verdict.account.name, scope.kind, scope.id, provider),
+            )
         return Reservation(
             attempt_id=attempt_id,
             scope=scope,
@@ -777,12 +798,12 @@ class Ledger:
                 f"(a new period may change them), or correct spend with llm accounts adjust"
             )
             return v
-        gate = health.gate(f.health, now, f.probe_taken)
+        gate = health.gate(f.record, now, f.probe_taken)
         if gate == "blocked":
             v.code, v.message = "auth_failed", f"account '{name}' failed authentication; after fixing its key run: llm accounts unblock {name}"
             return v
         if gate == "cooling":
-            h = f.health
+            h = f.record
             v.code = health.COOLING_CODES.get(h.failure_class, "provider_error")
             until = "a probe attempt is in flight" if f.probe_taken else f"cooling until {_when(h.cooldown_until)}"
             v.message = f"account '{name}' is failing ({h.failure_class}); {until}, then one probe attempt is let through"
@@ -908,7 +929,7 @@ class Ledger:
                 (scope.kind, scope.id, provider, name, ts),
             )
         if v.probe:
-            _write_health(conn, provider, name, health.start_probe(f.health, attempt_id))
+            _write_health(conn, provider, name, health.start_probe(f.record, attempt_id))
 
     def _ensure_account(self, conn, provider, account, f, ts):
         settings = (account.key_env, account.rank, account.weight)
@@ -1287,7 +1308,7 @@ class Ledger:
                 budget = f.budget_nusd if f.month_row else getattr(account, "budget_nusd", None)
                 daily = f.daily_budget_nusd if f.month_row else getattr(account, "daily_budget_nusd", None)
                 day_settled, day_open = self._day_totals(conn, provider, f, day)
-                h = f.health
+                h = f.record
                 conflict = bool(
                     account is not None and f.month_row
                     and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env)
@@ -1467,6 +1488,16 @@ def _move_to_settled(conn, row, cost):
         {"ceiling": row["ceiling_nusd"], "cost": cost, "day": row["day_utc"], "provider": row["provider"],
          "account": row["account"], "month": row["month_utc"]},
     )
+
+
+def _unbilled(conn, scope):
+    """Every attempt of the scope settled at zero as refused before processing (429/529) or never sent."""
+    row = conn.execute(
+        """SELECT COUNT(*) FROM attempt WHERE scope_kind = ? AND scope_id = ? AND provider = ?
+           AND NOT (state = 'settled' AND outcome IN ('rate_limited', 'overloaded', 'not_sent'))""",
+        (scope.kind, scope.id, scope.provider),
+    ).fetchone()
+    return row[0] == 0
 
 
 def _same_settlement(row, fields):

@@ -506,4 +506,5 @@ def model_pairs(revision, default_model):
         if model.status == "retired":
             continue
         model_id = f"{ROUTED_ID}/{model.id}"
-        yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), ()
+        aliases = tuple(f"{ROUTED_ID}/{alias}" for alias in model.aliases)
+        yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), aliases

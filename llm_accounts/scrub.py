@@ -44,20 +44,15 @@ _CLASSES = (
 class _Key:
     """Everything the matchers need, computed once per key: its runs and what can begin one."""
 
-    __slots__ = ("key", "n", "runs", "starts", "pieces", "search", "finditer", "fail")
+    __slots__ = ("key", "n", "last", "runs", "search", "finditer", "fail")
 
     def __init__(self, key):
         if not isinstance(key, str) or not key:
             raise ValueError("key: must be a non-empty string")
         self.key = key
         n = self.n = min(RUN, len(key))
-        self.runs = frozenset(key[i : i + n] for i in range(len(key) - n + 1))
-        # What may begin a run (held back in a stream), and every shorter substring of the key:
-        # the second family is closed under taking suffixes, so a scan for it can stop early.
-        self.starts = frozenset(run[:k] for run in self.runs for k in range(1, n))
-        self.pieces = frozenset(
-            key[i : i + k] for k in range(1, n) for i in range(len(key) - k + 1)
-        )
+        self.last = len(key) - n  # where the last run starts
+        self.runs = frozenset(key[i : i + n] for i in range(self.last + 1))
         self.search = self.finditer = None
         chars = set(key)
         for alphabet, cls in _CLASSES:
@@ -79,15 +74,29 @@ class _Key:
         spans = ((0, len(s)),) if self.search is None else (m.span() for m in self.finditer(s))
         return [i for a, b in spans for i in range(a, b - n + 1) if s[i : i + n] in runs]
 
+    def has_run(self, s, match):
+        """Whether ``s`` holds a run, given the regex's first stretch long enough for one."""
+        n, runs, search = self.n, self.runs, self.search
+        while match is not None:
+            a, b = match.span()
+            for i in range(a, b - n + 1):
+                if s[i : i + n] in runs:
+                    return True
+            match = search(s, b)
+        return False
+
     def hold(self, s):
-        """How many trailing characters of ``s`` could still begin a run: the longest such suffix."""
-        size, pieces = len(s), self.pieces
+        """How many trailing characters of ``s`` could still begin a run: the longest such suffix.
+
+        A suffix can begin a run when it occurs in the key no later than the last run's start.
+        Substrings of the key are closed under taking suffixes, so the first scan can stop early.
+        """
+        key, size = self.key, len(s)
         limit = min(self.n - 1, size)
         k = 0
-        while k < limit and s[size - k - 1 :] in pieces:
+        while k < limit and s[size - k - 1 :] in key:
             k += 1
-        starts = self.starts
-        while k and s[size - k :] not in starts:
+        while k and not 0 <= key.find(s[size - k :]) <= self.last:
             k -= 1
         return k
 
@@ -100,8 +109,9 @@ class _Key:
 
     def masked(self, s, beginnings=False):
         """The set of masked indexes of ``s`` matched on its own."""
-        n = self.n
-        hit = {j for i in self.run_starts(s) for j in range(i, i + n)}
+        hit = set()
+        for a, b in _spans(self.run_starts(s), self.n):
+            hit.update(range(a, b))
         if beginnings and self.fail is not None and self.key[0] in s:
             state = 0
             for j, char in enumerate(s):
@@ -109,6 +119,17 @@ class _Key:
                 if state:
                     hit.add(j)
         return hit
+
+
+def _spans(starts, n):
+    """Merge the windows ``[i, i+n)`` of sorted run starts into disjoint ``(start, end)`` spans."""
+    spans = []
+    for i in starts:
+        if spans and i <= spans[-1][1]:
+            spans[-1][1] = i + n
+        else:
+            spans.append([i, i + n])
+    return spans
 
 
 def _failure_table(key):
@@ -250,7 +271,9 @@ def _mask_joins(k, pieces):
         for p in members:
             offsets.append(at)
             at += len(p[1])
-        hit = {j for i in starts for j in range(i, i + k.n)}
+        hit = set()
+        for a, b in _spans(starts, k.n):
+            hit.update(range(a, b))
         index = 0
         for j in sorted(hit):
             while index + 1 < len(members) and offsets[index + 1] <= j:
@@ -300,12 +323,22 @@ class StreamScrubber:
     of the join of all pieces in order, so a key split across channels is caught. A character is
     released only once no join still holds it.
 
+    A pause is an event that carries no text into a join (Amendment 1). So a piece for one
+    channel is a pause for every other channel's join, and ``pause()`` is for events that carry no
+    text at all (a block's start or stop, a ping, a signature): without it the last few
+    characters of the stream wait for the next piece or ``flush()``.
+
     The common case (one channel, nothing masked, nothing held elsewhere) runs a fast path that
     keeps only the held text; anything else switches to the general bookkeeping and back.
     """
 
     __slots__ = (
         "_k",
+        "_n",
+        "_search",
+        "_chars",
+        "_pairs",
+        "_firsts",
         "_total",
         "_emitted",
         "_pending",
@@ -319,7 +352,14 @@ class StreamScrubber:
     )
 
     def __init__(self, key):
-        self._k = _Key(key)
+        k = self._k = _Key(key)
+        # The hot path's tables, held directly: a regex finding stretches a run could lie in, and
+        # the one- and two-character pieces of the key that decide most holds at once.
+        self._n = k.n
+        self._search = k.search
+        self._chars = frozenset(key) if k.n > 1 else frozenset()
+        self._pairs = frozenset(key[i : i + 2] for i in range(len(key) - 1)) if k.n > 2 else frozenset()
+        self._firsts = frozenset(key[: k.last + 1]) if k.n > 1 else frozenset()
         self._reset()
 
     def __repr__(self):
@@ -338,6 +378,7 @@ class StreamScrubber:
         self._open = set()  # channels whose last released character was masked
         # Fast path: when set, the join of all and this channel's join are identical, the
         # pending text is _ctx[_done:], nothing is masked and no other join holds anything.
+        # _emitted is then only brought up to date when the fast path is left.
         self._fast = None
         self._ctx = ""
         self._done = 0
@@ -350,18 +391,28 @@ class StreamScrubber:
         if not text:
             return []
         if channel == self._fast:
-            k = self._k
             s = self._ctx + text
-            if k.search(s) is None or not k.run_starts(s):
-                hold = k.hold(s)
+            match = self._search(s) if len(s) >= self._n else None
+            if True:
+                # No run in s: hold back only the longest suffix that could begin one. The key's
+                # pieces are closed under suffixes, so a last character outside them holds nothing.
+                last = s[-1]
+                if last not in self._chars:
+                    hold = 0
+                elif len(s) > 1 and s[-2:] in self._pairs:
+                    hold = self._k.hold(s)
+                else:
+                    hold = 1 if last in self._firsts else 0
                 cut = len(s) - hold
-                done = self._done
                 self._ctx = s[cut:]
-                self._done = done - cut if done > cut else 0
                 self._total += len(text)
-                self._emitted = self._total - hold + self._done
-                if cut > done:
+                done = self._done  # characters of _ctx already released (by a pause)
+                if not done:
+                    return [(channel, s[:cut])] if cut else []
+                if done < cut:
+                    self._done = 0
                     return [(channel, s[done:cut])]
+                self._done = done - cut
                 return []
         self._slow()
         g0 = self._total
@@ -371,7 +422,13 @@ class StreamScrubber:
             pending[-1][1] += text
         else:
             pending.append([channel, text, g0])
-        join = self._joins.get(channel)
+        join = None
+        for name, other in self._joins.items():
+            if name == channel:
+                join = other
+            else:
+                # This piece carries no text into another channel's join: a pause for it.
+                other.released = g0
         if join is None:
             join = self._joins[channel] = _Join()
         self._scan(join, text, g0)
@@ -389,7 +446,6 @@ class StreamScrubber:
             self._all.released = total
             out = self._ctx[self._done :]
             self._done = len(self._ctx)
-            self._emitted = total
             return [(self._fast, out)] if out else []
         fast = self._fast
         self._slow()
@@ -413,7 +469,8 @@ class StreamScrubber:
         channel = self._fast
         if channel is None:
             return
-        ctx, total, emitted = self._ctx, self._total, self._emitted
+        ctx, total = self._ctx, self._total
+        emitted = self._emitted = total - len(ctx) + self._done
         where = list(range(total - len(ctx), total))
         join = self._joins[channel]
         for j in (self._all, join):
@@ -430,11 +487,11 @@ class StreamScrubber:
         where = join.where
         emitted = self._emitted
         masked = self._masked
-        for i in k.run_starts(s):
-            for j in range(i, i + k.n):
-                g = where[j] if j < lt else g0 + j - lt
-                if g >= emitted:  # text released at a pause stays released
-                    masked.add(g)
+        for a, b in _spans(k.run_starts(s), k.n):
+            # Text released at a pause stays released; the rest of the run is masked.
+            masked.update(g for g in where[a:b] if g >= emitted)
+            if b > lt:
+                masked.update(range(g0 + max(a, lt) - lt, g0 + b - lt))
         if k.fail is not None:
             state = join.state
             for j, char in enumerate(text):

@@ -89,6 +89,8 @@ def build_ledger(path, now=NOW, wall=None):
     path.parent.mkdir(parents=True, exist_ok=True)
     db = sqlite_utils.Database(path)
     db.executescript(schema.TABLES)
+    for table, column, declaration in getattr(schema, "COLUMNS", ()):
+        db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
     db.execute(f"PRAGMA user_version = {schema.VERSION}")
     iso = clock.isoformat
     created = iso(now - 30 * DAY)
@@ -150,6 +152,8 @@ def build_ledger(path, now=NOW, wall=None):
                  cooldown_until=None, probe_attempt_id=None),
         ]
     )
+    for script in getattr(schema, "BACKFILL", {}).values():  # the month rows' running totals
+        db.executescript(script)
     db.close()
     return path
 
@@ -164,9 +168,15 @@ def ds(ledger):
     return Datasette([str(ledger)])
 
 
+def route(ds, name):
+    """Where query ``name`` is served: its name, or on Datasette 1.0 its alias if a table has it."""
+    (query,) = [query for query in QUERIES if query.name == name]
+    return datasette_plugin.route_name(ds, query, schema.TABLE_NAMES)
+
+
 async def rows(ds, query, **params):
     query_string = "&".join(f"{key}={value}" for key, value in params.items())
-    response = await ds.client.get(f"/accounts-ledger/{query}.json?_shape=array&{query_string}")
+    response = await ds.client.get(f"/accounts-ledger/{route(ds, query)}.json?_shape=array&{query_string}")
     assert response.status_code == 200, response.text
     return response.json()
 
@@ -195,6 +205,32 @@ def test_metadata_yml_names_the_default_ledger_database():
     assert pathlib.Path(ledger_path()).stem in metadata()["databases"]
 
 
+@pytest.fixture
+def without_plugin():
+    from datasette.plugins import pm
+
+    name = pm.get_name(datasette_plugin)
+    pm.unregister(datasette_plugin)
+    yield
+    pm.register(datasette_plugin, name=name)
+
+
+@pytest.mark.asyncio
+async def test_metadata_yml_serves_the_queries_without_the_plugin(ledger, without_plugin):
+    with open(ROOT / "metadata.yml") as fp:
+        settings = yaml.safe_load(fp)
+    if hasattr(Datasette, "add_query"):  # 1.0 alphas read queries from config: -c metadata.yml
+        ds = Datasette([str(ledger)], config=settings)
+    else:  # 0.65: -m metadata.yml
+        ds = Datasette([str(ledger)], metadata=settings)
+    assert (await ds.client.get("/-/llm-accounts")).status_code == 404
+    for query in QUERIES:
+        response = await ds.client.get(f"/accounts-ledger/{route(ds, query.name)}.json?_shape=array")
+        assert response.status_code == 200, query.name
+    first = (await rows(ds, "spend_by_month"))[0]
+    assert money(first, "account", "settled_usd", "remaining_usd") == ("alpha", "4.000000001", "43.999999999")
+
+
 @pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
 def test_each_query_has_a_title_and_a_description(query):
     assert query.title and query.description
@@ -219,9 +255,20 @@ WRITE_WORDS = re.compile(r"\b(insert|update|delete|drop|alter|create|attach|deta
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
 def test_query_is_declared_read_only(query):
-    definition = canned_queries()[query.name]
-    assert not definition.get("write")
+    for name in query.names:
+        assert not canned_queries()[name].get("write")
     assert not WRITE_WORDS.search(query.sql)
+
+
+def test_the_health_query_also_has_an_alias_no_table_shadows():
+    assert canned_queries()["account_health"] == canned_queries()["health"]
+    assert not {name for query in QUERIES for name in query.names if name != query.name} & set(schema.TABLE_NAMES)
+
+
+@pytest.mark.asyncio
+async def test_the_health_alias_serves_the_health_query(ds):
+    response = await ds.client.get("/accounts-ledger/account_health.json?_shape=array&account=delta")
+    assert [row["status"] for row in response.json()] == ["blocked"]
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
@@ -250,13 +297,14 @@ def test_query_runs_on_a_read_only_copy_with_only_reads_authorized(query, ledger
 @pytest.mark.asyncio
 async def test_datasette_registers_every_query_as_read_only(ds):
     await ds.invoke_startup()
+    names = {name for query in QUERIES for name in query.names}
     if hasattr(ds, "get_query"):  # Datasette 1.0 alphas: stored queries
-        registered = {query.name: await ds.get_query("accounts-ledger", query.name) for query in QUERIES}
+        registered = {name: await ds.get_query("accounts-ledger", name) for name in names}
         assert all(stored is not None and not stored.is_write for stored in registered.values())
     else:  # Datasette 0.65: canned queries
         registered = await ds.get_canned_queries("accounts-ledger", None)
-        assert all(not registered[query.name].get("write") for query in QUERIES)
-    assert set(registered) == {query.name for query in QUERIES}
+        assert all(not registered[name].get("write") for name in names)
+    assert set(registered) == names
 
 
 # Each query's numbers
@@ -487,7 +535,7 @@ async def test_dashboard_draws_spend_per_day_of_the_credit_period(ds, at_now):
 async def test_dashboard_links_to_every_query(ds, at_now):
     html = await dashboard_html(ds)
     for query in QUERIES:
-        assert f'href="/accounts-ledger/{query.name}"' in html
+        assert f'href="/accounts-ledger/{route(ds, query.name)}"' in html
 
 
 @pytest.mark.asyncio
@@ -500,9 +548,32 @@ async def test_dashboard_leaves_out_databases_without_the_ledger(tmp_path, at_no
 
 
 @pytest.mark.asyncio
+async def test_dashboard_of_an_empty_ledger_says_accounts_appear_after_the_first_call(ledger_path):
+    ledger_path.parent.mkdir(parents=True)
+    sqlite_utils.Database(ledger_path).executescript(schema.TABLES)
+    html = await dashboard_html(Datasette([str(ledger_path)]))
+    assert "No accounts in this ledger yet" in html
+    assert 'href="/accounts-ledger/spend_by_month"' in html
+
+
+@pytest.mark.asyncio
 async def test_menu_links_to_the_dashboard(ds):
     response = await ds.client.get("/")
     assert 'href="/-/llm-accounts"' in response.text
+
+
+def test_summary_marks_near_budget_from_nine_tenths():
+    near = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=8 * USD, open_nusd=USD)
+    under = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=9 * USD - 1)
+    assert ("warn", "Near budget") in near.marks
+    assert under.marks == []
+
+
+def test_summary_marks_a_reached_daily_budget():
+    summary = dashboard.AccountSummary(
+        "a", budget_nusd=10 * USD, daily_budget_nusd=USD, today_settled_nusd=USD // 2, today_open_nusd=USD // 2
+    )
+    assert summary.marks == [("bad", "Daily budget reached")]
 
 
 def test_period_days_cover_the_credit_period():
@@ -538,6 +609,18 @@ def test_browse_refuses_when_there_is_no_ledger(ledger_path):
     result = CliRunner().invoke(accounts_cli, ["browse"])
     assert result.exit_code == 1
     assert "ledger_unavailable: no ledger at" in result.output
+
+
+def test_browse_refuses_an_invalid_declaration_rather_than_guess_key_names(ledger, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_ACCOUNTS", '[{"name": "alpha"}]')
+    result = CliRunner().invoke(accounts_cli, ["browse"])
+    assert result.exit_code == 1
+    assert "declaration_invalid" in result.output
+
+
+def test_browse_help_has_an_example():
+    result = CliRunner().invoke(accounts_cli, ["browse", "--help"])
+    assert "Example:" in result.output and "llm accounts browse --open" in result.output
 
 
 def free_port():

@@ -1,10 +1,40 @@
-"""A loopback stand-in of the Anthropic Messages API, for tests and the demo (issue 2).
+"""A loopback stand-in of the Anthropic Messages API, for tests, the demo and benchmarks (issue 2).
 
-Real HTTP/1.1 on 127.0.0.1 with the JSON and SSE bytes of reference anthropic-api.md sections 2-7:
-``POST /v1/messages`` (non-streamed and streamed), ``POST /v1/messages/count_tokens``,
-``GET /v1/models`` and ``GET /v1/models/{id}``; per-key behaviours and scripts (``config.BEHAVIOURS``);
-usage from a fake tokenizer (``tokens``); a per-organization prompt cache honouring cache_control
-TTLs (``cache``). Start it with ``StandIn(config).start()`` or ``llm accounts standin``.
+Real HTTP/1.1 on 127.0.0.1 (standard library only) with the JSON and SSE bytes of reference
+anthropic-api.md sections 2-7: ``POST /v1/messages`` (non-streamed and ``stream: true``),
+``POST /v1/messages/count_tokens``, ``GET /v1/models`` and ``GET /v1/models/{id}``.
+
+Config (``load_config(path)`` / ``validate_config(dict)``)::
+
+    {"keys": [{"label": "a", "key": "...", "organization": "org-a", "behaviour": "ok",
+               "script": ["rate_limited", "ok"], "delay": 0.0, "min_cache_tokens": 1024,
+               "retry_after": 1}],
+     "min_cache_tokens": 1024}
+
+Only ``label`` and ``key`` are required. ``organization`` defaults to ``org-<label>``; keys that
+share one share its prompt cache. ``script`` is consumed one behaviour per ``POST /v1/messages``
+before falling back to ``behaviour``. ``min_cache_tokens`` (per key, else top level, else the
+model's documented minimum) is the minimum cacheable prefix.
+
+Behaviours (``BEHAVIOURS``): ok; rate_limited (429, retry-after, x-should-retry, rate-limit
+headers); spend_limit (429, ``enforced_spend_limit_reached``, no retry-after); overloaded (529);
+api_error (500); unauthorized (401); forbidden (403); credit_balance_too_low (400);
+usage_limit_reached (400, regain date: the 1st of next month); prompt_too_long (400);
+max_tokens_too_large (400); stream_error (streamed: some deltas then an ``error`` event, no
+message_stop; otherwise 529); slow (``delay`` seconds before the headers and between events);
+drop (streamed: some deltas then the connection closes mid-body; otherwise it closes with no
+response); echo_key (the reply text quotes the request's key, split across text deltas).
+GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
+forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
+
+``StandIn.requests`` logs every request, oldest first, as a dict: method, path, label (None when no
+key matched), auth ("x-api-key" | "bearer" | None), model, stream, status (0: closed without a
+response), body (parsed JSON or None), headers (lower-case names; x-api-key, authorization and
+proxy-authorization dropped), behaviour, organization, request_id, usage (a 200 message's usage),
+dropped. An entry is logged before the response's first byte, so it is there when a client sees it.
+
+Usage comes from a fake tokenizer (``tokens``) and a per-organization prompt cache (``cache``);
+replies are deterministic (``replies``); the model table is the stand-in's own (``models``).
 """
 
 from .config import BEHAVIOURS, ConfigError, load_config, validate_config

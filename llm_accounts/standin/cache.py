@@ -39,6 +39,10 @@ def _ttl(cache_control, path):
     return ttl
 
 
+def _too_many(found):
+    return f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {found}."
+
+
 def breakpoints(units, automatic=None):
     """``[(unit index, ttl)]`` in prefix order, validating the documented limits."""
     points = [
@@ -58,14 +62,10 @@ def breakpoints(units, automatic=None):
                 )
         elif last is not None:
             if len(points) >= MAX_BREAKPOINTS:
-                raise CacheRuleError(
-                    f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(points) + 1}."
-                )
+                raise CacheRuleError(_too_many(len(points) + 1))
             points = sorted(points + [(last, ttl)])
     if len(points) > MAX_BREAKPOINTS:
-        raise CacheRuleError(
-            f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. Found {len(points)}."
-        )
+        raise CacheRuleError(_too_many(len(points)))
     seen_5m = False
     for index, ttl in points:
         if ttl == "1h" and seen_5m:

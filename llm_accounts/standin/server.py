@@ -12,22 +12,24 @@ The request log holds labels, never keys: x-api-key and Authorization are droppe
 import hashlib
 import http.server
 import ipaddress
+import json
 import socket
+import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from . import wire
-from .cache import CacheRuleError, PromptCache, breakpoints
-from .config import ConfigError, check_behaviour, check_settings, validate_config, RUNTIME_FIELDS
+from .cache import PromptCache
+from .config import RUNTIME_FIELDS, ConfigError, check_behaviour, check_settings, validate_config
 from .models import find_model, listed_models
 from .replies import plan_reply
 from .tokens import prompt_units
+from .validation import Refusal, bad, check_prompt, validate
 
 VERSIONS = ("2023-06-01", "2026-10-21")
-# Removed in anthropic-version 2026-10-21 (reference section 6); the 400's text is UNVERIFIED.
-REMOVED_IN_2026_10_21 = ("temperature", "top_p", "top_k")
 SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization"})
 # Behaviours that also govern GET /v1/models and count_tokens: they are about the key or the service.
 ACCOUNT_WIDE = frozenset({"unauthorized", "forbidden", "rate_limited", "overloaded", "api_error"})
@@ -57,17 +59,6 @@ class _Key:
     delay: float
     min_cache_tokens: object
     retry_after: int
-
-
-class _Refusal(Exception):
-    def __init__(self, status, error_type, message, details=None, headers=None):
-        super().__init__(error_type)
-        self.status, self.error_type, self.message = status, error_type, message
-        self.details, self.headers = details, headers or {}
-
-
-def _bad(message):
-    return _Refusal(400, "invalid_request_error", message)
 
 
 class StandIn:
@@ -238,16 +229,18 @@ class _Exchange:
             "organization": None,
             "request_id": self.request_id,
             "usage": None,
+            "dropped": False,
         }
 
     def run(self):
         try:
             raw = self._read_body()
+            self._note_body(raw)
             route = self._route()
             self._authenticate()
             self._check_version()
             route(raw)
-        except _Refusal as refusal:
+        except Refusal as refusal:
             self._send_json(
                 refusal.status,
                 wire.error_body(refusal.error_type, refusal.message, self.request_id, refusal.details),
@@ -255,6 +248,14 @@ class _Exchange:
             )
         except OSError:
             self.handler.close_connection = True  # the client went away mid-response
+        except Exception:
+            # A stand-in bug: answer like the API's 500 (if nothing was sent yet) and show where it
+            # happened. Frames and the exception's type only: its message could quote a request.
+            error_type, _, trace = sys.exc_info()
+            sys.stderr.write("".join(traceback.format_tb(trace)) + f"standin: {error_type.__name__}\n")
+            self.handler.close_connection = True
+            if self.entry["status"] is None:
+                self._send_json(500, wire.error_body("api_error", "Internal server error", self.request_id))
 
     # Request.
 
@@ -271,14 +272,14 @@ class _Exchange:
                 size += length
                 if size > MAX_BODY_BYTES:
                     self.handler.close_connection = True
-                    raise _Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
+                    raise Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
                 parts.append(rfile.read(length))
                 rfile.readline()
             return b"".join(parts)
         length = int(self.headers.get("content-length") or 0)
         if length > MAX_BODY_BYTES:
             self.handler.close_connection = True
-            raise _Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
+            raise Refusal(413, "request_too_large", "Request exceeds the maximum allowed number of bytes.")
         return rfile.read(length) if length else b""
 
     def _route(self):
@@ -291,12 +292,12 @@ class _Exchange:
             return self._list_models
         if method == "GET" and path.startswith("/v1/models/"):
             return lambda raw: self._get_model(path[len("/v1/models/"):])
-        raise _Refusal(404, "not_found_error", "Not Found")
+        raise Refusal(404, "not_found_error", "Not Found")
 
     def _authenticate(self):
         api_key, authorization = self.headers.get("x-api-key"), self.headers.get("authorization")
         if api_key is not None and authorization is not None:
-            raise _bad("Both x-api-key and Authorization headers were provided; send the key in only one of them.")
+            raise bad("Both x-api-key and Authorization headers were provided; send the key in only one of them.")
         presented = None
         if api_key:
             self.entry["auth"], presented = "x-api-key", api_key
@@ -305,32 +306,41 @@ class _Exchange:
             if scheme.lower() == "bearer":
                 self.entry["auth"], presented = "bearer", credential.strip()
         else:
-            raise _Refusal(401, "authentication_error", "x-api-key header is required")
+            raise Refusal(401, "authentication_error", "x-api-key header is required")
         state = self.standin._keys.get(presented) if presented else None
         if state is None:
-            raise _Refusal(401, "authentication_error", "invalid x-api-key")
+            raise Refusal(401, "authentication_error", "invalid x-api-key")
         self.key, self.presented = state, presented
         self.entry["label"], self.entry["organization"] = state.label, state.organization
 
     def _check_version(self):
         version = self.headers.get("anthropic-version")
         if not version:
-            raise _bad("anthropic-version: header is required")
+            raise bad("anthropic-version: header is required")
         if version not in VERSIONS:
-            raise _bad(f"anthropic-version: must be one of {', '.join(VERSIONS)}")
+            raise bad(f"anthropic-version: must be one of {', '.join(VERSIONS)}")
         self.version = version
 
-    def _json_body(self, raw):
+    def _note_body(self, raw):
+        """Log the JSON body of every request, even one refused before it is read (401, 404)."""
         try:
-            body = wire.json.loads(raw.decode("utf-8")) if raw else None
+            body = json.loads(raw.decode("utf-8")) if raw else None
         except (UnicodeDecodeError, ValueError):
-            raise _bad("There was an error parsing the body of your request") from None
-        if not isinstance(body, dict):
-            raise _bad("body: Input should be a valid dictionary")
-        self.entry["body"] = body
-        if isinstance(body.get("model"), str):
-            self.entry["model"] = body["model"]
-        return body
+            return
+        if isinstance(body, dict):
+            self.entry["body"] = body
+            self.entry["stream"] = body.get("stream") is True
+            if isinstance(body.get("model"), str):
+                self.entry["model"] = body["model"]
+
+    def _json_body(self, raw):
+        if self.entry["body"] is None:
+            try:
+                json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
+                raise bad("There was an error parsing the body of your request") from None
+            raise bad("body: Input should be a valid dictionary")
+        return self.entry["body"]
 
     # Behaviours.
 
@@ -344,7 +354,7 @@ class _Exchange:
             headers.update({"retry-after": str(self.key.retry_after), "x-should-retry": "true"})
         elif behaviour == "spend_limit":
             headers = {"x-should-retry": "false"}  # a spend cap has no retry-after (section 4.1)
-        raise _Refusal(status, error_type, message, details, headers)
+        raise Refusal(status, error_type, message, details, headers)
 
     def _standing_behaviour(self):
         """GET /v1/models and count_tokens follow the key's standing behaviour, not its script."""
@@ -361,8 +371,9 @@ class _Exchange:
 
     def _drop(self):
         """Close the connection without (the rest of) a response."""
+        self.entry["dropped"] = True
         if self.entry["status"] is None:
-            self.entry.update(status=0, dropped=True)
+            self.entry["status"] = 0  # no response at all
             self.standin._log(self.entry)
         self.handler.close_connection = True
         try:
@@ -372,89 +383,16 @@ class _Exchange:
 
     # Endpoints.
 
-    def _validate(self, body, *, messages):
-        required = ("model", "messages", "max_tokens") if messages else ("model", "messages")
-        for name in required:
-            if name not in body:
-                raise _bad(f"{name}: Field required")
-        if not isinstance(body["model"], str):
-            raise _bad("model: Input should be a valid string")
-        if messages:
-            max_tokens = body["max_tokens"]
-            if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-                raise _bad("max_tokens: Input should be a valid integer")
-            if max_tokens < 0:
-                raise _bad("max_tokens: Input should be greater than or equal to 0")
-            if max_tokens == 0 and body.get("stream") is True:
-                raise _bad("max_tokens: must be at least 1 when streaming")
-        history = body["messages"]
-        if not isinstance(history, list):
-            raise _bad("messages: Input should be a valid list")
-        if not history:
-            raise _bad("messages: at least one message is required")
-        for index, message in enumerate(history):
-            if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-                raise _bad(f"messages.{index}.role: Input should be 'user' or 'assistant'")
-            if not isinstance(message.get("content"), (str, list)):
-                raise _bad(f"messages.{index}.content: Input should be a valid string or list")
-        if "system" in body and not isinstance(body["system"], (str, list)):
-            raise _bad("system: Input should be a valid string or list")
-        tools = body.get("tools")
-        if tools is not None:
-            if not isinstance(tools, list) or not all(isinstance(tool, dict) and tool.get("name") for tool in tools):
-                raise _bad("tools: Input should be a list of tools, each with a name")
-        choice = body.get("tool_choice")
-        if choice is not None:
-            if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
-                raise _bad("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
-            names = {tool["name"] for tool in tools or []}
-            if choice["type"] == "tool" and choice.get("name") not in names:
-                raise _bad("tool_choice.name: must name one of the tools")
-        stops = body.get("stop_sequences")
-        if stops is not None and not (isinstance(stops, list) and all(isinstance(each, str) for each in stops)):
-            raise _bad("stop_sequences: Input should be a list of strings")
-        thinking = body.get("thinking")
-        if isinstance(thinking, dict) and thinking.get("type") == "enabled":
-            budget = thinking.get("budget_tokens")
-            if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1024:
-                raise _bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
-            if messages and body["max_tokens"] <= budget:
-                raise _bad(
-                    "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation "
-                    "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
-                    "#max-tokens-and-context-window-size"
-                )
-        if self.version == "2026-10-21":
-            for name in REMOVED_IN_2026_10_21:
-                if name in body:
-                    raise _bad(f"{name}: Extra inputs are not permitted")
-        model = find_model(body["model"])
-        if model is None:
-            raise _Refusal(404, "not_found_error", f"model: {body['model']}")
-        return model
-
     def _messages(self, raw):
         body = self._json_body(raw)
-        stream = body.get("stream") is True
-        self.entry["stream"] = stream
+        stream = self.entry["stream"]
         behaviour = self.standin._next_behaviour(self.key)
         self.entry["behaviour"] = behaviour
         if behaviour in wire.ERROR_STATUS:
             self._refuse_as(behaviour)
-        model = self._validate(body, messages=True)
-        if body["max_tokens"] > model.max_tokens or behaviour == "max_tokens_too_large":
-            requested = max(body["max_tokens"], model.max_tokens + 1)
-            raise _bad(wire.max_tokens_too_large(requested, model.max_tokens, model.id))
-        units = prompt_units(body)
-        total = sum(unit.tokens for unit in units)
+        model = validate(body, messages=True, version=self.version)
         betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
-        window = model.context_window(betas)
-        if total > window or behaviour == "prompt_too_long":
-            raise _bad(wire.prompt_too_long(max(total, window + 1), window))
-        try:
-            points = breakpoints(units, body.get("cache_control"))
-        except CacheRuleError as error:
-            raise _bad(str(error)) from None
+        units, points, total = check_prompt(body, model, betas, force=behaviour)
         if behaviour == "stream_error" and not stream:
             self._refuse_as("overloaded")
         if behaviour == "drop" and not stream:
@@ -483,7 +421,7 @@ class _Exchange:
         body = self._json_body(raw)
         if not self._standing_behaviour():
             return
-        self._validate(body, messages=False)
+        validate(body, messages=False, version=self.version)
         self._send_json(200, {"input_tokens": sum(unit.tokens for unit in prompt_units(body))})
 
     def _list_models(self, raw):
@@ -494,7 +432,7 @@ class _Exchange:
         except ValueError:
             limit = 0
         if not 1 <= limit <= 1000:
-            raise _bad("limit: Input should be an integer between 1 and 1000")
+            raise bad("limit: Input should be an integer between 1 and 1000")
         models = listed_models()
         ids = [model.id for model in models]
         after, before = self.query.get("after_id", [None])[0], self.query.get("before_id", [None])[0]
@@ -519,7 +457,7 @@ class _Exchange:
             return
         model = find_model(name)
         if model is None:
-            raise _Refusal(404, "not_found_error", f"model: {name}")
+            raise Refusal(404, "not_found_error", f"model: {name}")
         self._send_json(200, model.as_json())
 
     # Response.
@@ -552,6 +490,7 @@ class _Exchange:
 
     def _stream(self, model, message_id, reply, plan, behaviour, delay, total_input):
         cut = STREAM_CUT_AFTER if behaviour in ("stream_error", "drop") else None
+        self.entry["dropped"] = behaviour == "drop"  # set before the entry is logged
         events = wire.encode_events(wire.stream_events(model.id, message_id, reply, plan, stop_after=cut))
         self._start(200, {
             "content-type": "text/event-stream; charset=utf-8",

@@ -1,0 +1,182 @@
+"""Ledger throughput against raw SQLite commits, measured in the same run (design.md "Performance targets").
+
+    /tmp/venv/bin/python bench/ledger.py [--processes 8] [--seconds 3] [--rounds 2] [--dir DIR]
+
+Prints:
+
+- ledger transactions per second from N processes on one ledger file (a reserve and its settle
+  count as two transactions), each process reserving and settling attempts of its own conversations;
+- raw SQLite commits per second from N processes doing ``BEGIN IMMEDIATE; INSERT; COMMIT`` on a
+  file in the same directory with the same journal mode and ``synchronous`` setting;
+- their ratio (goal >= 0.8);
+- the sequential cost of one reserve+settle as a multiple of two raw commits (goal <= 1.1).
+
+Raw and ledger runs alternate, ``--rounds`` times each, so drift in the machine affects both.
+"""
+
+import argparse
+import multiprocessing
+import os
+import pathlib
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+NANO = 10**9
+
+
+class Account:
+    def __init__(self, name, key_env, budget_nusd):
+        self.name, self.key_env, self.budget_nusd = name, key_env, budget_nusd
+        self.daily_budget_nusd, self.rank, self.weight, self.models = None, 0, 1, None
+
+
+class Quote:
+    requested_model = "claude-sonnet-4-5-20250929"
+    ceiling_nusd = 3_000_000_000
+    price_revision = "bench"
+    request_digest = "0" * 64
+    cert = None
+    hour_after_key = False
+
+
+ACCOUNTS = [Account("alpha", "ALPHA_KEY", 10**15), Account("beta", "BETA_KEY", 10**15)]
+USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read_input_tokens": 0}
+
+
+def raw_connect(path):
+    conn = sqlite3.connect(path, timeout=5.0, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("PRAGMA synchronous = FULL")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    return conn
+
+
+def wait_for_start(ready, window):
+    with ready.get_lock():
+        ready.value += 1
+    while window[0] == 0:
+        time.sleep(0.001)
+    while time.time() < window[0]:
+        time.sleep(0.0005)
+    return window[1]
+
+
+def raw_worker(path, ready, window, counts, index):
+    conn = raw_connect(path)
+    n = 0
+    stop_at = wait_for_start(ready, window)
+    while time.time() < stop_at:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO t (v) VALUES (?)", (uuid.uuid4().hex,))
+        conn.execute("COMMIT")
+        n += 1
+    counts[index] = n
+
+
+def ledger_pair(ledger, Scope, Complete, scope, attempt_id):
+    ledger.reserve(scope, attempt_id, Quote, ACCOUNTS)
+    ledger.settle(attempt_id, Complete(4_500_000, USAGE, Quote.requested_model, None))
+
+
+def ledger_worker(path, ready, window, counts, index):
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    ledger = Ledger(path)
+    n = 0
+    stop_at = wait_for_start(ready, window)
+    while time.time() < stop_at:
+        scope = Scope("conversation", f"w{index}-{n // 8}")  # a new conversation every 4 pairs
+        ledger_pair(ledger, Scope, Complete, scope, uuid.uuid4().hex)
+        n += 2
+    counts[index] = n
+
+
+def concurrent(target, path, processes, seconds):
+    ctx = multiprocessing.get_context("spawn")
+    counts = ctx.Array("l", processes)
+    ready = ctx.Value("i", 0)
+    window = ctx.Array("d", 2, lock=False)  # start and stop times, set once every process is ready
+    workers = [ctx.Process(target=target, args=(path, ready, window, counts, i)) for i in range(processes)]
+    for w in workers:
+        w.start()
+    while ready.value < processes:
+        if not all(w.is_alive() for w in workers):
+            raise SystemExit("a worker failed to start")
+        time.sleep(0.01)
+    window[1] = time.time() + 0.1 + seconds
+    window[0] = time.time() + 0.1
+    for w in workers:
+        w.join()
+        if w.exitcode != 0:
+            raise SystemExit(f"a worker failed (exit {w.exitcode})")
+    return sum(counts) / seconds
+
+
+def sequential(raw_path, ledger_path, pairs):
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    conn = raw_connect(raw_path)
+    ledger = Ledger(ledger_path)
+    raw_times, pair_times = [], []
+    for i in range(pairs):
+        t = time.perf_counter()
+        for _ in range(2):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t (v) VALUES (?)", (uuid.uuid4().hex,))
+            conn.execute("COMMIT")
+        raw_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ledger_pair(ledger, Scope, Complete, Scope("conversation", f"seq-{i // 4}"), uuid.uuid4().hex)
+        pair_times.append(time.perf_counter() - t)
+    return statistics.median(raw_times), statistics.median(pair_times)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--processes", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=400, help="sequential reserve+settle pairs")
+    parser.add_argument("--dir", help="directory for the two files (default: a new temporary directory)")
+    args = parser.parse_args()
+
+    from llm_accounts.ledger import Ledger
+
+    work = pathlib.Path(tempfile.mkdtemp(prefix="ledger-bench-", dir=args.dir))
+    try:
+        raw_path, ledger_path = str(work / "raw.db"), str(work / "ledger.db")
+        conn = raw_connect(raw_path)
+        conn.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        conn.close()
+        Ledger(ledger_path).close()
+
+        print(f"directory: {work} (both files); journal_mode=delete, synchronous=FULL; SQLite {sqlite3.sqlite_version}")
+        print(f"{args.processes} processes, {args.seconds:g} s per run, {args.rounds} rounds alternating raw and ledger")
+        raw_rates, ledger_rates = [], []
+        for round_ in range(args.rounds):
+            raw_rates.append(concurrent(raw_worker, raw_path, args.processes, args.seconds))
+            ledger_rates.append(concurrent(ledger_worker, ledger_path, args.processes, args.seconds))
+            print(f"  round {round_ + 1}: raw {raw_rates[-1]:8.1f} commits/s   ledger {ledger_rates[-1]:8.1f} transactions/s")
+        raw_rate, ledger_rate = statistics.mean(raw_rates), statistics.mean(ledger_rates)
+        ratio = ledger_rate / raw_rate
+        print(f"raw SQLite commits/s:        {raw_rate:8.1f}")
+        print(f"ledger transactions/s:       {ledger_rate:8.1f}")
+        print(f"ratio ledger/raw:            {ratio:8.3f}   (goal >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
+
+        raw_two, pair = sequential(raw_path, ledger_path, args.pairs)
+        multiple = pair / raw_two
+        print(f"sequential, median of {args.pairs}: two raw commits {raw_two * 1000:.3f} ms, reserve+settle {pair * 1000:.3f} ms")
+        print(f"reserve+settle / two raw commits: {multiple:.3f}   (goal <= 1.1: {'met' if multiple <= 1.1 else 'MISSED'})")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Request validation for the stand-in: pure checks that raise ``Refusal`` with the API's answer.
+
+Messages follow the API's pydantic-style wording ("max_tokens: Field required"); texts the reference
+quotes (section 4.3) are exact, the rest are the stand-in's own.
+"""
+
+from . import wire
+from .cache import CacheRuleError, breakpoints
+from .models import find_model
+from .tokens import prompt_units
+
+# Removed in anthropic-version 2026-10-21 (reference section 6); the 400's text is UNVERIFIED.
+REMOVED_IN_2026_10_21 = ("temperature", "top_p", "top_k")
+
+
+class Refusal(Exception):
+    """An error response: status, error.type, message, optional error.details and headers."""
+
+    def __init__(self, status, error_type, message, details=None, headers=None):
+        super().__init__(error_type)
+        self.status, self.error_type, self.message = status, error_type, message
+        self.details, self.headers = details, headers or {}
+
+
+def bad(message):
+    return Refusal(400, "invalid_request_error", message)
+
+
+def validate(body, *, messages, version):
+    """Check a Messages (or count_tokens) body the way the API does; returns the served Model."""
+    required = ("model", "messages", "max_tokens") if messages else ("model", "messages")
+    for name in required:
+        if name not in body:
+            raise bad(f"{name}: Field required")
+    if not isinstance(body["model"], str):
+        raise bad("model: Input should be a valid string")
+    if messages:
+        max_tokens = body["max_tokens"]
+        if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+            raise bad("max_tokens: Input should be a valid integer")
+        if max_tokens < 0:
+            raise bad("max_tokens: Input should be greater than or equal to 0")
+        if max_tokens == 0 and body.get("stream") is True:
+            raise bad("max_tokens: must be at least 1 when streaming")
+    history = body["messages"]
+    if not isinstance(history, list):
+        raise bad("messages: Input should be a valid list")
+    if not history:
+        raise bad("messages: at least one message is required")
+    for index, message in enumerate(history):
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            raise bad(f"messages.{index}.role: Input should be 'user' or 'assistant'")
+        if not isinstance(message.get("content"), (str, list)):
+            raise bad(f"messages.{index}.content: Input should be a valid string or list")
+    if "system" in body and not isinstance(body["system"], (str, list)):
+        raise bad("system: Input should be a valid string or list")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(isinstance(tool, dict) and tool.get("name") for tool in tools):
+            raise bad("tools: Input should be a list of tools, each with a name")
+    choice = body.get("tool_choice")
+    if choice is not None:
+        if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+            raise bad("tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'")
+        names = {tool["name"] for tool in tools or []}
+        if choice["type"] == "tool" and choice.get("name") not in names:
+            raise bad("tool_choice.name: must name one of the tools")
+    stops = body.get("stop_sequences")
+    if stops is not None and not (isinstance(stops, list) and all(isinstance(each, str) for each in stops)):
+        raise bad("stop_sequences: Input should be a list of strings")
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        budget = thinking.get("budget_tokens")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1024:
+            raise bad("thinking.enabled.budget_tokens: Input should be greater than or equal to 1024")
+        if messages and body["max_tokens"] <= budget:
+            raise bad(
+                "`max_tokens` must be greater than `thinking.budget_tokens`. Please consult our documentation "
+                "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
+                "#max-tokens-and-context-window-size"
+            )
+    if version == "2026-10-21":
+        for name in REMOVED_IN_2026_10_21:
+            if name in body:
+                raise bad(f"{name}: Extra inputs are not permitted")
+    model = find_model(body["model"])
+    if model is None:
+        raise Refusal(404, "not_found_error", f"model: {body['model']}")
+    return model
+
+
+def check_prompt(body, model, betas=(), force=None):
+    """Limits and cache rules of a validated Messages body; returns ``(units, breakpoints, total)``.
+
+    ``force`` is a behaviour (max_tokens_too_large, prompt_too_long) that answers as if its limit
+    were exceeded.
+    """
+    if body["max_tokens"] > model.max_tokens or force == "max_tokens_too_large":
+        requested = max(body["max_tokens"], model.max_tokens + 1)
+        raise bad(wire.max_tokens_too_large(requested, model.max_tokens, model.id))
+    units = prompt_units(body)
+    total = sum(unit.tokens for unit in units)
+    window = model.context_window(betas)
+    if total > window or force == "prompt_too_long":
+        raise bad(wire.prompt_too_long(max(total, window + 1), window))
+    try:
+        points = breakpoints(units, body.get("cache_control"))
+    except CacheRuleError as error:
+        raise bad(str(error)) from None
+    return units, points, total
