@@ -10,10 +10,17 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+import urllib.request
+import webbrowser
 
 from .errors import AccountsError
 
 ALWAYS_DROPPED = ("ANTHROPIC_API_KEY",)
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8001  # Datasette's default
+DASHBOARD_PATH = "/-/llm-accounts"
 
 
 def looks_like_key_variable(name):
@@ -47,17 +54,39 @@ def datasette_installed():
     return importlib.util.find_spec("datasette") is not None
 
 
-def datasette_command(ledger, *, port=None, open_browser=False):
-    """The argv that serves ``ledger`` with this interpreter's Datasette (and so the plugin)."""
-    argv = [sys.executable, "-m", "datasette", "serve", str(ledger)]
-    if port is not None:
-        argv += ["--port", str(port)]
-    if open_browser:
-        argv.append("--open")
-    return argv
+def datasette_command(ledger, *, port=DEFAULT_PORT):
+    """The argv that serves ``ledger`` on loopback with this interpreter's Datasette (and so
+    the plugin)."""
+    return [sys.executable, "-m", "datasette", "serve", str(ledger), "--host", HOST, "--port", str(port)]
 
 
-def browse(ledger, *, port=None, open_browser=False, environ=None):
+def dashboard_url(port=DEFAULT_PORT):
+    return f"http://{HOST}:{port}{DASHBOARD_PATH}"
+
+
+def open_when_ready(url, *, timeout=30):
+    """Open ``url`` in a web browser once it answers (Datasette's own --open shows its index)."""
+
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+
+    def run():
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with direct.open(url, timeout=2):
+                    pass
+            except OSError:
+                time.sleep(0.2)
+                continue
+            webbrowser.open(url)
+            return
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=print):
     """Run Datasette on ``ledger`` until it exits; returns its exit status."""
     if not ledger.exists():
         raise AccountsError(
@@ -67,8 +96,11 @@ def browse(ledger, *, port=None, open_browser=False, environ=None):
         )
     environ = os.environ if environ is None else environ
     env = child_environment(environ, declared_key_envs())
-    command = datasette_command(ledger, port=port, open_browser=open_browser)
+    command = datasette_command(ledger, port=port)
     process = subprocess.Popen(command, env=env)
+    echo(f"Dashboard: {dashboard_url(port)}")
+    if open_browser:
+        open_when_ready(dashboard_url(port))
     # A terminal's Ctrl-C reaches Datasette too; a SIGTERM sent to us alone is passed on, so
     # Datasette never outlives the command.
     try:

@@ -77,7 +77,7 @@ def standin(port, config_path, host):
 
 
 @accounts.command()
-@click.option("--port", type=click.IntRange(0, 65535), help="Port to serve on (default 8001)")
+@click.option("--port", type=click.IntRange(1, 65535), default=8001, show_default=True, help="Port to serve on, on 127.0.0.1")
 @click.option("open_browser", "--open", is_flag=True, help="Open the dashboard in a web browser")
 def browse(port, open_browser):
     """Browse the ledger in Datasette: spend dashboard and read-only queries.
@@ -98,7 +98,7 @@ def browse(port, open_browser):
     if not browsing.datasette_installed():
         fail("Datasette is not installed: run 'llm install datasette' (or pip install 'llm-accounts[datasette]')")
     try:
-        status = browsing.browse(ledger_path(), port=port, open_browser=open_browser)
+        status = browsing.browse(ledger_path(), port=port, open_browser=open_browser, echo=click.echo)
     except AccountsError as error:
         fail(error)
     sys.exit(status)

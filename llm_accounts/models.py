@@ -172,10 +172,11 @@ class _Shared:
         routing = call.completed(attempt, message, request_id)
         clean = scrub.scrub_json(message, secret_text) if secret_text else dict(message)
         usage = clean.pop("usage", None) or {}
-        clean["routing"] = routing
+        if routing is not None:
+            clean["routing"] = routing
         response.response_json = clean
         for block in clean.get("content") or []:
-            if block.get("type") == "tool_use":
+            if block.get("type") == "tool_use" and block.get("name") != payload.SCHEMA_TOOL:
                 response.add_tool_call(
                     llm.ToolCall(tool_call_id=block.get("id"), name=block.get("name"), arguments=block.get("input") or {})
                 )
@@ -245,6 +246,7 @@ class Projector:
         self.scrubber = scrub.StreamScrubber(secret_text)
         self.index = None
         self.tool_call_id = None
+        self.schema_answer = False
 
     def events(self, event):
         kind = event.get("type")
@@ -256,7 +258,9 @@ class Projector:
             if dtype == "thinking_delta":
                 return self._release(self.scrubber.feed("reasoning", delta.get("thinking", "")))
             if dtype == "input_json_delta":
-                return self._release(self.scrubber.feed("tool_args", delta.get("partial_json", "")))
+                # The --schema tool's input is the answer itself, shown as text.
+                channel = "text" if self.schema_answer else "tool_args"
+                return self._release(self.scrubber.feed(channel, delta.get("partial_json", "")))
             out = self._release(self.scrubber.pause())
             if dtype == "signature_delta":
                 signature = scrub.scrub_other(delta.get("signature", ""), self.key)
@@ -268,7 +272,10 @@ class Projector:
             self.index = event.get("index", 0) + 1
             self.tool_call_id = None
             btype = block.get("type")
-            if btype == "tool_use":
+            self.schema_answer = btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL
+            if self.schema_answer:
+                pass
+            elif btype == "tool_use":
                 self.tool_call_id = block.get("id")
                 out.append(self._event("tool_call_name", scrub.scrub_other(block.get("name", ""), self.key)))
             elif btype == "redacted_thinking":
@@ -316,6 +323,8 @@ def message_events(message, secret_text):
                     provider_metadata={"anthropic": {"type": "redacted_thinking", "data": block.get("data", "")}},
                 )
             )
+        elif btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL:
+            events.append(StreamEvent(type="text", chunk=json.dumps(block.get("input") or {}), part_index=index))
         elif btype == "tool_use":
             events.append(StreamEvent(type="tool_call_name", chunk=block.get("name", ""), part_index=index, tool_call_id=block.get("id")))
             events.append(

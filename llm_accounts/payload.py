@@ -15,6 +15,8 @@ ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 1024
 CACHE_TTLS = ("none", "5m", "1h")
+# --schema is sent as this forced tool; its input comes back to llm as the JSON text answer.
+SCHEMA_TOOL = "output_structured_data"
 
 
 def freeze(body):
@@ -37,12 +39,12 @@ def build_body(prompt, model_id, *, stream):
         # A forced tool is the portable way to get schema-shaped JSON from every priced model.
         tools.append(
             {
-                "name": "output_structured_data",
+                "name": SCHEMA_TOOL,
                 "description": "Return the answer as JSON matching this schema",
                 "input_schema": prompt.schema,
             }
         )
-        body["tool_choice"] = {"type": "tool", "name": "output_structured_data"}
+        body["tool_choice"] = {"type": "tool", "name": SCHEMA_TOOL}
     for tool in prompt.tools or []:
         if isinstance(tool, ServerSideTool):
             # Server tools are billed per use, which the price revision does not cover (ADR-0126 D5).

@@ -393,7 +393,7 @@ class StreamScrubber:
         if channel == self._fast:
             s = self._ctx + text
             match = self._search(s) if len(s) >= self._n else None
-            if True:
+            if match is None or not self._k.has_run(s, match):
                 # No run in s: hold back only the longest suffix that could begin one. The key's
                 # pieces are closed under suffixes, so a last character outside them holds nothing.
                 last = s[-1]

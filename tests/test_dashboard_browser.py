@@ -16,6 +16,7 @@ import pytest
 from llm_accounts import clock
 from test_datasette import build_ledger
 
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 CHROMIUM = next(
     (path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path),
     None,
@@ -48,7 +49,7 @@ def dashboard_url(ledger_path):
         while True:
             assert process.poll() is None, process.stderr.read().decode(errors="replace")[-2000:]
             try:
-                with urllib.request.urlopen(url, timeout=2) as response:
+                with DIRECT.open(url, timeout=2) as response:
                     assert response.status == 200
                     break
             except OSError:
@@ -69,7 +70,7 @@ def chromium(tmp_path, *args):
     command = [
         CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-        "--hide-scrollbars", f"--user-data-dir={profile}", *args,
+        "--hide-scrollbars", "--no-proxy-server", f"--user-data-dir={profile}", *args,
     ]
     result = subprocess.run(command, capture_output=True, timeout=120)
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]

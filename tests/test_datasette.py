@@ -35,6 +35,7 @@ from llm_accounts.money import INT64_MAX, usd_exact
 
 from conftest import assert_no_key_material
 
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 5, 12, 0, tzinfo=dt.timezone.utc)
 USD = 10**9
@@ -618,6 +619,40 @@ def test_browse_refuses_an_invalid_declaration_rather_than_guess_key_names(ledge
     assert "declaration_invalid" in result.output
 
 
+def test_browse_opens_the_dashboard_once_it_answers(monkeypatch):
+    import http.server
+    import threading
+
+    from llm_accounts import browse
+
+    opened = []
+    monkeypatch.setattr(browse.webbrowser, "open", opened.append)
+
+    class Ok(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Ok)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/-/llm-accounts"
+    try:
+        browse.open_when_ready(url, timeout=10).join(15)
+    finally:
+        server.shutdown()
+    assert opened == [url]
+
+
+def test_browse_serves_datasette_on_loopback_without_its_own_open():
+    from llm_accounts.browse import datasette_command
+
+    argv = datasette_command(pathlib.Path("ledger.db"), port=8123)
+    assert argv[1:] == ["-m", "datasette", "serve", "ledger.db", "--host", "127.0.0.1", "--port", "8123"]
+
+
 def test_browse_help_has_an_example():
     result = CliRunner().invoke(accounts_cli, ["browse", "--help"])
     assert "Example:" in result.output and "llm accounts browse --open" in result.output
@@ -636,7 +671,7 @@ def wait_for(url, process, timeout=30):
             output = process.stdout.read().decode(errors="replace") if process.stdout else ""
             raise AssertionError(f"server exited with {process.returncode}: {output[-2000:]}")
         try:
-            with urllib.request.urlopen(url, timeout=2) as response:
+            with DIRECT.open(url, timeout=2) as response:
                 return response.read().decode()
         except OSError:
             time.sleep(0.2)

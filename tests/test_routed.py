@@ -45,6 +45,8 @@ def llm_cli(*args):
 
 
 def attempts(ledger_path):
+    if not ledger_path.exists():
+        return []
     db = sqlite3.connect(ledger_path)
     db.row_factory = sqlite3.Row
     return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
@@ -138,3 +140,209 @@ def test_an_echoed_key_never_reaches_output_logs_or_ledger(accounts, user_path, 
     assert "[" in result.output  # the mask marker is shown where the key was
     assert_tree_has_no_key_material(tmp_path, key, ignore=("keys.json",))
     assert (user_path / "logs.db").exists() and ledger_path.exists()
+
+
+def test_a_bound_account_out_of_budget_refuses_with_spend_budget_and_reset(accounts, ledger_path):
+    llm_cli("-m", MODEL, "Hello")
+    row = attempts(ledger_path)[0]
+    Ledger().adjust("spent-it", Account(row["account"], row["account"].upper() + "_KEY", 20 * NANO), row["month_utc"], 19 * NANO + 900_000_000, "test")
+    result = llm_cli("-c", "Again")
+    assert result.exit_code == 1
+    line = result.output.strip()
+    assert len(line.splitlines()) == 1
+    assert "budget_exhausted" in line and f"'{row['account']}'" in line
+    assert "$20.00" in line  # the budget
+    assert "UTC" in line  # when the credit period resets
+
+
+def test_no_declaration_sends_unrouted_with_the_anthropic_key(standin, canary_key, user_path, ledger_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", canary_key)
+    result = llm_cli("-m", MODEL, "Hello")
+    assert result.exit_code == 0, result.output
+    assert standin.requests[-1]["label"] == "a"
+    assert not ledger_path.exists()
+    assert "routing" not in json.loads(logged_turns(user_path)[0]["response_json"])
+
+
+def test_an_explicit_key_is_refused_while_accounts_are_declared(accounts, ledger_path):
+    result = llm_cli("-m", MODEL, "Hello", "--key", "sk-ant-something-long-enough")
+    assert result.exit_code == 1
+    assert "credential_conflict" in result.output
+    assert "something" not in result.output
+    assert accounts.requests == []
+
+
+def test_a_missing_key_refuses_before_sending_and_settles_not_sent(accounts, user_path, ledger_path):
+    (user_path / "keys.json").write_text("{}")
+    result = llm_cli("-m", MODEL, "Hello")
+    assert result.exit_code == 1
+    assert "credential_missing" in result.output
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"], row["cost_nusd"]) == ("settled", "not_sent", 0)
+    assert accounts.requests == []
+
+
+def test_a_dropped_stream_keeps_its_ceiling_open(accounts, ledger_path):
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "drop")
+    result = llm_cli("-m", MODEL, "Hello")
+    assert result.exit_code == 1
+    assert "transport_error" in result.output
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"], row["cost_nusd"]) == ("open", "stream_truncated", None)
+
+
+def test_a_mid_stream_error_keeps_its_ceiling_open_and_is_not_retried(accounts, ledger_path):
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "stream_error")
+    result = llm_cli("-m", MODEL, "Hello")
+    assert result.exit_code == 1
+    assert "provider_error" in result.output
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", "stream_error")
+    assert len(accounts.requests) == 1
+
+
+def test_a_documented_rejection_records_type_and_class_never_text(accounts, ledger_path):
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "credit_balance_too_low")
+    result = llm_cli("-m", MODEL, "Hello")
+    assert result.exit_code == 1
+    assert "request_rejected" in result.output
+    assert "credit balance" not in result.output
+    [row] = attempts(ledger_path)
+    assert (row["outcome"], row["provider_error_type"], row["rejection_class"], row["cost_nusd"]) == (
+        "request_rejected",
+        "invalid_request_error",
+        "credit_balance_too_low",
+        0,
+    )
+
+
+def test_python_api_prompt_without_conversation_uses_an_instance_scope(accounts, ledger_path):
+    model = llm.get_model(MODEL)
+    assert model.prompt("One").text()
+    assert model.prompt("Two").text()
+    rows = attempts(ledger_path)
+    assert {row["scope_kind"] for row in rows} == {"instance"}
+    assert rows[0]["scope_id"] == rows[1]["scope_id"]
+    assert rows[0]["account"] == rows[1]["account"]
+
+
+def test_python_api_conversation_stays_on_one_account(accounts, ledger_path):
+    conversation = llm.get_model(MODEL).conversation()
+    conversation.prompt("One").text()
+    conversation.prompt("Two").text()
+    rows = attempts(ledger_path)
+    assert {(row["scope_kind"], row["scope_id"]) for row in rows} == {("conversation", conversation.id)}
+    assert len({row["account"] for row in rows}) == 1
+
+
+def test_async_model_streams_and_settles(accounts, ledger_path):
+    import asyncio
+
+    async def run():
+        model = llm.get_async_model(MODEL)
+        chunks = [chunk async for chunk in model.prompt("Hello async")]
+        return "".join(chunks)
+
+    assert asyncio.run(run())
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("settled", "complete")
+
+
+def test_async_echoed_key_is_scrubbed(accounts, ledger_path):
+    import asyncio
+
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "echo_key")
+
+    async def run():
+        model = llm.get_async_model(MODEL)
+        response = model.prompt("Repeat your key")
+        text = "".join([chunk async for chunk in response])
+        return text, json.dumps(await response.json())
+
+    text, response_json = asyncio.run(run())
+    key = accounts.keys[attempts(ledger_path)[0]["account"]]
+    assert_no_key_material(text, key)
+    assert_no_key_material(response_json, key)
+
+
+def test_tools_run_through_a_chain(accounts, ledger_path):
+    def lookup_weather(city: str) -> str:
+        "Look up the weather for a city"
+        return f"Sunny in {city}"
+
+    model = llm.get_model(MODEL)
+    chain = model.chain("What is the weather in Paris?", tools=[lookup_weather])
+    text = chain.text()
+    assert "Sunny" in text
+    rows = attempts(ledger_path)
+    assert len(rows) == 2 and len({row["account"] for row in rows}) == 1
+    last_body = accounts.requests[-1]["body"]
+    assert last_body["tools"][0]["name"] == "lookup_weather"
+    assert any(block.get("type") == "tool_result" for block in last_body["messages"][-1]["content"])
+
+
+def test_schema_prompts_return_json(accounts):
+    result = llm_cli("-m", MODEL, "Invent a dog", "--schema", "name, age int")
+    assert result.exit_code == 0, result.output
+    assert isinstance(json.loads(result.output), dict)
+
+
+def test_image_attachments_are_sent_inline(accounts, tmp_path):
+    import base64
+
+    png = base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg=="
+    )
+    path = tmp_path / "dot.png"
+    path.write_bytes(png)
+    result = llm_cli("-m", MODEL, "Describe", "-a", str(path))
+    assert result.exit_code == 0, result.output
+    [block] = [b for b in accounts.requests[-1]["body"]["messages"][0]["content"] if b["type"] != "text"]
+    assert block["type"] == "image" and block["source"]["type"] == "base64"
+
+
+def test_system_prompt_stop_sequences_and_options_are_sent(accounts):
+    result = llm_cli(
+        "-m", MODEL, "Hello", "-s", "Be brief", "-o", "stop_sequences", '["END"]', "-o", "max_tokens", "50", "-o", "temperature", "0.5"
+    )
+    assert result.exit_code == 0, result.output
+    body = accounts.requests[-1]["body"]
+    assert (body["system"], body["stop_sequences"], body["max_tokens"], body["temperature"]) == ("Be brief", ["END"], 50, 0.5)
+
+
+def test_thinking_is_requested_and_shown_as_reasoning(accounts):
+    model = llm.get_model(MODEL)
+    response = model.prompt("Think", thinking=True, max_tokens=3000)
+    assert response.text()
+    assert accounts.requests[-1]["body"]["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+
+
+@pytest.mark.parametrize(
+    "option,value",
+    [("temperature", "1.5"), ("cache", "2h"), ("thinking_budget", "10"), ("account", "Not A Name")],
+)
+def test_invalid_options_are_refused_before_anything_is_sent(accounts, ledger_path, option, value):
+    result = llm_cli("-m", MODEL, "Hello", "-o", option, value)
+    assert result.exit_code != 0
+    assert option in result.output
+    assert accounts.requests == [] and not attempts(ledger_path)
+
+
+def test_pinning_an_account_for_a_new_conversation(accounts, ledger_path):
+    result = llm_cli("-m", MODEL, "Hello", "-o", "account", "beta")
+    assert result.exit_code == 0, result.output
+    assert attempts(ledger_path)[0]["account"] == "beta"
+
+
+def test_server_side_tools_are_refused_as_unpriced(accounts, ledger_path):
+    from llm.models import ServerSideTool
+
+    model = llm.get_model(MODEL)
+    with pytest.raises(Exception) as info:
+        model.prompt("Search", tools=[ServerSideTool({"type": "web_search_20250305", "name": "web_search"})]).text()
+    assert "unsupported_pricing" in str(info.value) or "does not support server-side tool" in str(info.value)
+    assert accounts.requests == []

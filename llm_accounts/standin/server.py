@@ -61,6 +61,15 @@ class _Key:
     retry_after: int
 
 
+def _handle_error(server, request, client_address):
+    # A client that hangs up mid-response (a routed stream that ended at message_stop, a test
+    # that dropped the connection) is normal here, not worth a traceback on stderr.
+    error = sys.exc_info()[1]
+    if isinstance(error, (ConnectionResetError, BrokenPipeError)):
+        return
+    http.server.ThreadingHTTPServer.handle_error(server, request, client_address)
+
+
 class StandIn:
     """A loopback stand-in of the Anthropic Messages API with per-key behaviours.
 
@@ -84,7 +93,9 @@ class StandIn:
         self._thread = None
         bind = "127.0.0.1" if host == "localhost" else host.strip("[]")
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-        server_class = type("_Server", (http.server.ThreadingHTTPServer,), {"address_family": family})
+        server_class = type(
+            "_Server", (http.server.ThreadingHTTPServer,), {"address_family": family, "handle_error": _handle_error}
+        )
         handler = type("_BoundHandler", (_Handler,), {"standin": self})
         self._server = server_class((bind, port), handler)
         self.port = self._server.server_address[1]

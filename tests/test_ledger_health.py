@@ -1,0 +1,322 @@
+"""Health and warm prefixes as the ledger records them (design.md "Failure classes and health";
+ADR-0126 Amendment 5, Decisions 3-5)."""
+
+import datetime as dt
+
+import pytest
+
+from llm_accounts.declarations import Account
+from llm_accounts.errors import AccountsError
+from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
+from llm_accounts.money import NANO
+from llm_accounts.pricing import Quote
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
+MODEL = "claude-sonnet-4-5-20250929"
+CERT = "c" * 64
+RATE_LIMITED = Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited")
+
+
+def later(seconds):
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+def quote(ceiling=NANO // 100, cert=None):
+    return Quote(MODEL, ceiling, "2026-11-01", "ab" * 32, cert=cert)
+
+
+def conv(name):
+    return Scope("conversation", name)
+
+
+def usage(read=0, write_1h=0, write_5m=0):
+    return {
+        "input_tokens": 10,
+        "output_tokens": 5,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": write_1h + write_5m,
+        "cache_creation": {"ephemeral_5m_input_tokens": write_5m, "ephemeral_1h_input_tokens": write_1h},
+    }
+
+
+@pytest.fixture
+def ledger(tmp_path):
+    with Ledger(tmp_path / "ledger.db") as ledger:
+        yield ledger
+
+
+@pytest.fixture
+def work():
+    return Account("work", "WORK_KEY", NANO)
+
+
+@pytest.fixture
+def home():
+    return Account("home", "HOME_KEY", NANO)
+
+
+def health_row(ledger, account="work"):
+    return ledger._conn.execute("SELECT * FROM health WHERE account = ?", (account,)).fetchone()
+
+
+def warm_rows(ledger):
+    return {
+        (r["account"], r["cert"]): (r["stable_tokens"], r["expires_at"])
+        for r in ledger._conn.execute("SELECT * FROM warm_prefix")
+    }
+
+
+def fail_with_rate_limit(ledger, accounts, attempt_id="f1", scope="c1", at=T0):
+    ledger.reserve(conv(scope), attempt_id, quote(), accounts, now=at)
+    ledger.settle(attempt_id, RATE_LIMITED, now=at)
+
+
+# Health
+
+
+def test_a_rate_limited_bound_conversation_is_refused_while_its_account_cools(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(59))
+    assert (caught.value.code, caught.value.account) == ("rate_limited", "work")
+    assert "cooling until 2026-11-10 12:01 UTC" in caught.value.message
+
+
+def test_a_cooling_account_is_not_a_candidate_for_a_new_conversation(ledger, work, home):
+    fail_with_rate_limit(ledger, [work])
+    assert ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(1)).account == "home"
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c3"), "a3", quote(), [work], now=later(1))
+    assert caught.value.code == "no_account_available"
+
+
+def test_after_the_cooldown_exactly_one_attempt_is_the_probe(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    probe = ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    assert probe.probe
+    assert health_row(ledger)["probe_attempt_id"] == "p1"
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(61))
+    assert "probe attempt is in flight" in caught.value.message
+
+
+def test_the_probes_success_clears_the_failure(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    ledger.settle("p1", Complete(5, usage(), MODEL), now=later(61))
+    row = health_row(ledger)
+    assert (row["state"], row["cooldown_until"], row["probe_attempt_id"]) == ("ok", None, None)
+    assert not ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(62)).probe
+
+
+def test_the_probes_failure_starts_a_new_dwell(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    ledger.settle("p1", RATE_LIMITED, now=later(61))
+    assert health_row(ledger)["cooldown_until"] == later(121).isoformat()
+    with pytest.raises(AccountsError):
+        ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(120))
+
+
+def test_a_probe_cancelled_by_its_caller_frees_the_slot_for_another(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    ledger.settle("p1", NotSent(caller_cancelled=True), now=later(61))
+    assert ledger.reserve(conv("c1"), "p2", quote(), [work], now=later(62)).probe
+
+
+def test_a_probe_whose_process_died_is_given_up_after_its_lease(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))  # never settled
+    assert ledger.reserve(conv("c1"), "p2", quote(), [work], now=later(60 + 601)).probe
+
+
+def test_a_failure_of_the_same_class_while_cooling_does_not_rewrite_the_row(ledger, work, home):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(), [work], pinned="work", now=T0)
+    ledger.settle("a1", RATE_LIMITED, now=T0)
+    before = tuple(health_row(ledger))
+    ledger.settle("a2", RATE_LIMITED, now=later(5))
+    assert tuple(health_row(ledger)) == before
+
+
+def test_any_complete_settlement_supersedes_an_older_failure(ledger, work):
+    ledger.reserve(conv("c1"), "inflight", quote(), [work], now=T0)
+    fail_with_rate_limit(ledger, [work], "f1", "c2", at=later(1))
+    ledger.settle("inflight", Complete(5, usage(), MODEL), now=later(2))
+    assert health_row(ledger)["state"] == "ok"
+
+
+def test_semantic_failures_leave_health_alone(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.settle("a1", Refused("request_rejected", 400, "invalid_request_error", "prompt_too_long", "semantic"), now=T0)
+    assert health_row(ledger) is None
+
+
+def test_three_transport_failures_in_a_row_start_a_dwell(ledger, work):
+    for n in range(3):
+        ledger.reserve(conv("c1"), f"t{n}", quote(), [work], now=later(n))
+        ledger.settle(f"t{n}", Unknown("transport_error", "transport"), now=later(n))
+        if n < 2:
+            assert health_row(ledger)["state"] == "ok"
+    assert (health_row(ledger)["state"], health_row(ledger)["cooldown_until"]) == ("failing", later(32).isoformat())
+
+
+def test_a_provider_outage_refuses_with_provider_error(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.settle("a1", Unknown("provider_error", "provider_outage", 529), now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(29))
+    assert caught.value.code == "provider_error"
+    assert ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(30)).probe
+
+
+def test_an_auth_failure_blocks_the_account_until_unblocked(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.settle("a1", Refused("auth_required", 401, "authentication_error", "other", "auth"), now=T0)
+    assert ledger._conn.execute("SELECT block_reason FROM account").fetchone()[0] == "auth_failed"
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(86400))
+    assert caught.value.code == "account_blocked"
+    ledger.clear_block("u1", "work", "rotated the key", now=later(86400))
+    assert health_row(ledger)["state"] == "ok"
+    assert not ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(86401)).probe
+
+
+def test_status_shows_health_and_cooldown(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    (line,) = ledger.status([work], now=later(10))
+    assert (line.health, line.failure_class, line.http_status, line.cooldown_until) == (
+        "cooling", "rate_limited", 429, later(60).isoformat()
+    )
+
+
+# Warm prefixes
+
+
+def warm_up(ledger, account, accounts, scope="w0", attempt_id="w0", read=0, write_1h=2000, at=T0, **settle):
+    ledger.reserve(conv(scope), attempt_id, quote(cert=CERT), accounts, pinned=account, now=at)
+    ledger.settle(attempt_id, Complete(5, usage(read, write_1h), MODEL), cert=CERT, now=at, **settle)
+
+
+def test_a_one_hour_write_records_the_stable_prefix_on_its_account(ledger, work):
+    warm_up(ledger, "work", [work], read=500, write_1h=2000)
+    assert warm_rows(ledger) == {("work", CERT): (2500, later(3600).isoformat())}
+
+
+def test_a_write_with_a_one_hour_mark_after_the_key_stores_no_length(ledger, work):
+    warm_up(ledger, "work", [work], hour_after_key=True)
+    assert warm_rows(ledger)[("work", CERT)][0] is None
+
+
+def test_a_new_conversation_goes_where_its_prefix_is_warm(ledger, work, home):
+    warm_up(ledger, "work", [work, home])
+    ledger.reserve(conv("busy"), "b1", quote(NANO // 4), [work], now=T0)  # work is now further ahead of pace
+    assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(10)).account == "work"
+    assert ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(10)).account == "home"
+
+
+def test_an_expired_warm_row_is_ignored(ledger, work, home):
+    warm_up(ledger, "work", [work, home])
+    ledger.reserve(conv("busy"), "b1", quote(NANO // 4), [work], now=T0)
+    assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(3600)).account == "home"
+
+
+def test_a_warm_account_past_ninety_percent_is_not_preferred(ledger, work, home):
+    warm_up(ledger, "work", [work, home])
+    # spent 5 (the warm-up) + open + this attempt's NANO // 100 is one nanodollar past 90%
+    ledger.reserve(conv("busy"), "b1", quote(9 * NANO // 10 - 5 - NANO // 100 + 1), [work], now=T0)
+    assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(1)).account == "home"
+
+
+def test_a_warm_account_at_exactly_ninety_percent_is_preferred(ledger, work, home):
+    warm_up(ledger, "work", [work, home])
+    # spent 5 (the warm-up) + open + this attempt's NANO // 100 is exactly 90% of the budget
+    ledger.reserve(conv("busy"), "b1", quote(9 * NANO // 10 - 5 - NANO // 100), [work], now=T0)
+    assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(1)).account == "work"
+
+
+def test_a_stable_length_read_extends_the_row(ledger, work):
+    warm_up(ledger, "work", [work], read=500, write_1h=2000)
+    ledger.reserve(conv("c1"), "r1", quote(cert=CERT), [work], now=later(1800))
+    ledger.settle("r1", Complete(5, usage(read=2500), MODEL), cert=CERT, now=later(1801))
+    assert warm_rows(ledger)[("work", CERT)][1] == later(1800 + 3600).isoformat()
+
+
+def test_a_read_of_any_other_length_extends_nothing(ledger, work):
+    warm_up(ledger, "work", [work], read=500, write_1h=2000)
+    for n, read in enumerate((2499, 2501)):
+        ledger.reserve(conv("c1"), f"r{n}", quote(cert=CERT), [work], now=later(1800))
+        ledger.settle(f"r{n}", Complete(5, usage(read=read), MODEL), cert=CERT, now=later(1801))
+    assert warm_rows(ledger)[("work", CERT)][1] == later(3600).isoformat()
+
+
+def test_a_read_never_creates_a_row(ledger, work):
+    ledger.reserve(conv("c1"), "r1", quote(cert=CERT), [work], now=T0)
+    ledger.settle("r1", Complete(5, usage(read=2500), MODEL), cert=CERT, now=T0)
+    assert warm_rows(ledger) == {}
+
+
+@pytest.mark.parametrize(
+    "evidence",
+    [
+        RATE_LIMITED,
+        Unknown("provider_error", "provider_outage", 500),
+        Unknown("stream_error"),
+        NotSent(),
+        Refused("request_rejected", 400, "invalid_request_error", "prompt_too_long", "semantic"),
+    ],
+)
+def test_a_failure_on_the_account_clears_its_warm_rows(ledger, work, evidence):
+    warm_up(ledger, "work", [work])
+    ledger.reserve(conv("c1"), "x1", quote(), [work], now=later(1))
+    ledger.settle("x1", evidence, now=later(1))
+    assert warm_rows(ledger) == {}
+
+
+@pytest.mark.parametrize("evidence", [Unknown("cancelled"), Unknown("stream_closed"), NotSent(caller_cancelled=True)])
+def test_the_callers_own_cancellation_keeps_warm_rows(ledger, work, evidence):
+    warm_up(ledger, "work", [work])
+    ledger.reserve(conv("c1"), "x1", quote(), [work], now=later(1))
+    ledger.settle("x1", evidence, now=later(1))
+    assert set(warm_rows(ledger)) == {("work", CERT)}
+
+
+def test_a_block_clears_warm_rows(ledger, work):
+    warm_up(ledger, "work", [work])
+    ledger.block("work", now=later(1))
+    assert warm_rows(ledger) == {}
+
+
+def test_unblocking_a_blocked_account_clears_rows_an_older_process_left(ledger, work):
+    warm_up(ledger, "work", [work])
+    ledger._conn.execute("UPDATE account SET block_reason = 'manual'")  # blocked without clearing
+    ledger.clear_block("u1", "work", "checked", now=later(1))
+    assert warm_rows(ledger) == {}
+
+
+def test_unblocking_an_account_that_is_not_blocked_keeps_its_rows(ledger, work):
+    warm_up(ledger, "work", [work])
+    ledger.clear_block("u1", "work", "checked", now=later(1))
+    assert set(warm_rows(ledger)) == {("work", CERT)}
+
+
+def test_a_blocked_account_writes_no_warm_row(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work], now=T0)
+    ledger.block("work", now=T0)
+    ledger.settle("a1", Complete(5, usage(write_1h=2000), MODEL), cert=CERT, now=T0)
+    assert warm_rows(ledger) == {}
+
+
+def test_a_write_purges_the_providers_rows_that_expired_over_a_day_ago(ledger, work, home):
+    warm_up(ledger, "work", [work, home], scope="old", attempt_id="old", at=T0 - dt.timedelta(hours=27))
+    warm_up(ledger, "home", [work, home], scope="new", attempt_id="new", at=T0)
+    assert set(warm_rows(ledger)) == {("home", CERT)}
+
+
+def test_a_warm_row_with_an_unreadable_expiry_counts_as_absent(ledger, work, home):
+    warm_up(ledger, "work", [work, home])
+    ledger._conn.execute("UPDATE warm_prefix SET expires_at = '2026-11-10T13:00:00'")  # no offset
+    ledger.reserve(conv("busy"), "b1", quote(NANO // 4), [work], now=T0)
+    assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(1)).account == "home"
