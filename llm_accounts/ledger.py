@@ -709,11 +709,15 @@ class Ledger:
     def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now):
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
-        if conn.execute("SELECT 1 FROM attempt WHERE id = ?", (attempt_id,)).fetchone():
+        duplicate, newest, bound = conn.execute(
+            """SELECT (SELECT 1 FROM attempt WHERE id = ?1), (SELECT MAX(month_utc) FROM month WHERE provider = ?2),
+                 (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2)""",
+            (attempt_id, provider, scope.kind, scope.id),
+        ).fetchone()
+        if duplicate:
             raise AccountsError(
                 "duplicate_attempt", "this attempt id is already in the ledger; an attempt id authorizes one send", attempt_id=attempt_id
             )
-        newest = conn.execute("SELECT MAX(month_utc) FROM month WHERE provider = ?", (provider,)).fetchone()[0]
         if newest is not None and month < newest:
             raise self._unavailable(
                 f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
@@ -722,15 +726,11 @@ class Ledger:
             row["name"]: _Facts.from_row(row, now)
             for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
         }
-        bound = conn.execute(
-            "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-            (scope.kind, scope.id, provider),
-        ).fetchone()
-        moving = bound is not None and bound["account"] in exclude and _unbilled(conn, scope)
+        moving = bound is not None and bound in exclude and _unbilled(conn, scope)
         if moving:
             bound = None
         if bound is not None:
-            verdict = self._bound_verdict(conn, provider, bound["account"], pinned, declared, facts, quote, day, now)
+            verdict = self._bound_verdict(conn, provider, bound, pinned, declared, facts, quote, day, now)
         elif pinned is not None:
             if pinned not in declared:
                 raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
@@ -862,8 +862,21 @@ class Ledger:
                 expires = selection.parse_time(row["expires_at"])
                 if expires is not None and expires > now:
                     warm.add(row["account"])
-        scopes = {}
-        if len(fit) > 1:
+        by_name = {v.account.name: v for v in fit}
+        candidates = selection.order(
+            selection.Candidate(
+                name=v.account.name,
+                budget_nusd=v.budget_nusd,
+                committed_nusd=v.facts.spent_nusd + v.facts.open_nusd,
+                rank=v.account.rank,
+                weight=v.account.weight,
+                warm=v.account.name in warm
+                and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
+            )
+            for v in fit
+        )
+        if len(candidates) > 1 and selection.tied_before_scopes(candidates[0], candidates[1]):
+            # Only a tie needs the count of conversations in flight, so only a tie reads it.
             scopes = dict(
                 conn.execute(
                     """SELECT account, COUNT(DISTINCT scope_kind || ':' || scope_id) FROM attempt
@@ -871,21 +884,10 @@ class Ledger:
                     (provider,),
                 ).fetchall()
             )
-        by_name = {v.account.name: v for v in fit}
-        candidates = [
-            selection.Candidate(
-                name=v.account.name,
-                budget_nusd=v.budget_nusd,
-                committed_nusd=v.facts.spent_nusd + v.facts.open_nusd,
-                rank=v.account.rank,
-                weight=v.account.weight,
-                open_scopes=scopes.get(v.account.name, 0),
-                warm=v.account.name in warm
-                and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
+            candidates = selection.order(
+                dataclasses.replace(c, open_scopes=scopes.get(c.name, 0)) for c in candidates
             )
-            for v in fit
-        ]
-        return by_name[selection.order(candidates)[0].name]
+        return by_name[candidates[0].name]
 
     def _admit(self, conn, scope, attempt_id, quote, v, month, day, now, new_binding, client, llm_response_id):
         account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)

@@ -90,7 +90,13 @@ class RoutedCall:
         raise AccountsError("account_blocked", f"account '{name}' is bound but no longer declared", account=name)
 
     def _settle(self, attempt_id, evidence, outcome, cost):
-        self.ledger.settle(attempt_id, evidence)
+        if isinstance(evidence, Complete):
+            # Warm-prefix evidence (ADR-0126 Amendment 5): only a complete settlement writes it.
+            self.ledger.settle(
+                attempt_id, evidence, cert=self.quote.cert, hour_after_key=self.quote.hour_after_key
+            )
+        else:
+            self.ledger.settle(attempt_id, evidence)
         for record in self.records:
             if record["id"] == attempt_id:
                 record["outcome"] = outcome

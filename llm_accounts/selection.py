@@ -48,6 +48,11 @@ def compare(a, b):
     )
 
 
+def tied_before_scopes(a, b):
+    """Whether rank, warmth and utilization leave ``a`` and ``b`` level (the scope count decides)."""
+    return a.rank == b.rank and a.warm == b.warm and compare_utilization(a, b) == 0
+
+
 def order(candidates):
     """Candidates, the one a new conversation binds first."""
     return sorted(candidates, key=functools.cmp_to_key(compare))

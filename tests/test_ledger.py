@@ -74,6 +74,14 @@ def test_a_new_conversation_goes_to_the_account_furthest_behind_its_budget(ledge
     assert ledger.reserve(conv("c3"), "a3", quote(1), [work, home], now=T0).account == "home"
 
 
+def test_equally_used_accounts_go_to_the_one_with_fewer_conversations_in_flight(ledger):
+    alpha, beta = Account("alpha", "ALPHA_KEY", NANO), Account("beta", "BETA_KEY", NANO)
+    ledger.reserve(conv("c1"), "a1", quote(100), [alpha], now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(100), [alpha], now=T0)
+    ledger.reserve(conv("c3"), "a3", quote(200), [beta], now=T0)
+    assert ledger.reserve(conv("c4"), "a4", quote(1), [alpha, beta], now=T0).account == "beta"
+
+
 def test_a_bound_conversation_keeps_its_account_when_another_is_less_used(ledger, work, home):
     ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], now=T0)
     second = ledger.reserve(conv("c1"), "a2", quote(1), [work, home], now=T0)

@@ -346,3 +346,88 @@ def test_server_side_tools_are_refused_as_unpriced(accounts, ledger_path):
         model.prompt("Search", tools=[ServerSideTool({"type": "web_search_20250305", "name": "web_search"})]).text()
     assert "unsupported_pricing" in str(info.value) or "does not support server-side tool" in str(info.value)
     assert accounts.requests == []
+
+
+def test_a_stream_closed_by_the_caller_settles_as_stream_closed(accounts, ledger_path):
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=200)
+    iterator = iter(response)
+    next(iterator)
+    iterator.close()
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", "stream_closed")
+
+
+def test_a_new_conversation_goes_where_its_system_prompt_is_warm(accounts, ledger_path):
+    from llm_accounts import clock
+
+    system = "You are a careful assistant. " * 800  # well past the minimum cacheable length
+    llm_cli("-m", MODEL, "First", "-s", system, "-o", "cache", "1h")
+    [first] = attempts(ledger_path)
+    usage = json.loads(first["usage_json"])
+    assert usage["cache_creation"]["ephemeral_1h_input_tokens"] > 0
+    # Spend a little on the warm account: by pace alone the other account would now be chosen.
+    warm = Account(first["account"], first["account"].upper() + "_KEY", 20 * NANO)
+    Ledger().adjust("pre-spend", warm, clock.credit_month(clock.now()), 1 * NANO, "test")
+    llm_cli("-m", MODEL, "Second", "-s", system, "-o", "cache", "1h")
+    second = attempts(ledger_path)[-1]
+    assert second["account"] == first["account"]
+    assert second["scope_id"] != first["scope_id"]
+    assert json.loads(second["usage_json"])["cache_read_input_tokens"] > 0
+    # Without the warm prefix the same state sends a new conversation to the other account.
+    llm_cli("-m", MODEL, "Third", "-s", "A different system prompt")
+    assert attempts(ledger_path)[-1]["account"] != first["account"]
+
+
+def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, user_path, ledger_path):
+    """Real ``llm`` processes on one ledger: every committed state stays within each budget."""
+    import os
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    # Room for exactly two open haiku ceilings per account at a time.
+    save_accounts_file(
+        [Account("alpha", "ALPHA_KEY", 1 * NANO), Account("beta", "BETA_KEY", 1 * NANO)], None
+    )
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "slow", delay=1.5)
+    llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
+    env = dict(os.environ)
+    violations, samples = [], []
+    done = threading.Event()
+
+    def audit():
+        while not done.is_set():
+            try:
+                db = sqlite3.connect(f"file:{ledger_path}?mode=ro", uri=True, timeout=5)
+                rows = db.execute(
+                    "select account, sum(coalesce(cost_nusd, ceiling_nusd)) from attempt group by account"
+                ).fetchall()
+                db.close()
+            except sqlite3.OperationalError:
+                rows = None  # not created yet
+            if rows is not None:
+                samples.append(rows)
+                violations.extend(row for row in rows if row[1] > NANO)
+            time.sleep(0.02)
+
+    auditor = threading.Thread(target=audit)
+    auditor.start()
+    processes = [
+        subprocess.Popen([llm_bin, "-m", MODEL, f"Prompt {i}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(8)
+    ]
+    results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in processes]
+    done.set()
+    auditor.join()
+
+    assert samples and not violations
+    rows = attempts(ledger_path)
+    succeeded = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] != 0]
+    assert all("budget_exhausted" in stderr for _, _, stderr in refused), [r[2] for r in refused]
+    assert len(succeeded) + len(refused) == 8 and succeeded
+    # Every admitted attempt is in the ledger, settled, and matches a request the stand-in saw.
+    assert len(rows) == len(accounts.requests) == len(succeeded)
+    assert all(row["state"] == "settled" and row["outcome"] == "complete" for row in rows)

@@ -1,0 +1,137 @@
+"""The ledger's ``llm accounts`` commands: status, attempts, block, unblock, reconcile, adjust, rebind."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from llm_accounts.cli import accounts
+from llm_accounts.declarations import load_declaration
+from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
+from llm_accounts.pricing import Quote
+
+MODEL = "claude-sonnet-4-5-20250929"
+DECLARATION = json.dumps(
+    [
+        {"name": "work", "key_env": "WORK_KEY", "budget_usd": "10.00", "daily_budget_usd": "2.00"},
+        {"name": "home", "key_env": "HOME_KEY", "budget_usd": "5.00"},
+    ]
+)
+COMMANDS = ("status", "attempts", "block", "unblock", "reconcile", "adjust", "rebind")
+
+
+def run(*args):
+    return CliRunner().invoke(accounts, list(args), catch_exceptions=False)
+
+
+@pytest.fixture
+def declared(monkeypatch, ledger_path):
+    monkeypatch.setenv("ANTHROPIC_ACCOUNTS", DECLARATION)
+    return load_declaration().accounts
+
+
+def reserve(attempt_id, conversation="c1", ceiling=250_000_000, **kw):
+    with Ledger() as ledger:
+        return ledger.reserve(
+            Scope("conversation", conversation), attempt_id, Quote(MODEL, ceiling, "2026-11-01", "ab" * 32),
+            load_declaration().accounts, **kw
+        )
+
+
+def settle(attempt_id, evidence):
+    with Ledger() as ledger:
+        return ledger.settle(attempt_id, evidence)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_ledger_command_has_help_with_an_example(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    assert "Example:" in result.output
+
+
+def test_status_without_a_declaration_says_unrouted_and_creates_no_ledger(ledger_path):
+    result = run("status")
+    assert result.exit_code == 0
+    assert "No accounts declared" in result.output
+    assert not ledger_path.exists()
+
+
+def test_status_shows_each_accounts_budget_spend_and_health(declared):
+    reserve("a1", pinned="work")
+    settle("a1", Complete(1_250_000_000, {"input_tokens": 1}, MODEL))
+    result = run("status")
+    assert result.exit_code == 0
+    work_line = next(line for line in result.output.splitlines() if line.startswith("work"))
+    for cell in ("$10.00", "$1.25", "$8.75", "$1.25 of $2.00", "ok"):
+        assert cell in work_line
+    assert "resets" in result.output
+
+
+def test_status_json_carries_integer_nanodollars(declared):
+    reserve("a1", pinned="home")
+    data = json.loads(run("status", "--json").output)
+    home = next(a for a in data["accounts"] if a["name"] == "home")
+    assert (data["routed"], home["budget_nusd"], home["open_ceiling_nusd"], home["remaining_nusd"]) == (
+        True, 5_000_000_000, 250_000_000, 4_750_000_000
+    )
+
+
+def test_attempts_open_lists_attempts_holding_a_ceiling(declared):
+    reserve("a1")
+    reserve("a2")
+    settle("a1", Complete(5, {"input_tokens": 1}, MODEL))
+    result = run("attempts", "--open")
+    assert "a2" in result.output and "a1" not in result.output
+    data = json.loads(run("attempts", "--json").output)
+    assert [(a["id"], a["state"]) for a in data] == [("a2", "open"), ("a1", "settled")]
+    assert data[1]["usage"] == {"input_tokens": 1}
+
+
+def test_block_and_unblock(declared):
+    assert "blocked" in run("block", "work").output
+    with Ledger() as ledger:
+        assert ledger.status(declared)[0].blocked_reason == "manual"
+    result = run("unblock", "work", "--source", "checked the console")
+    assert "unblocked" in result.output
+    with Ledger() as ledger:
+        assert ledger.status(declared)[0].blocked_reason is None
+
+
+def test_reconcile_settles_an_open_attempt_at_zero_or_more(declared):
+    reserve("a1")
+    settle("a1", Unknown("provider_error", "provider_outage", 500))
+    result = run("reconcile", "a1", "--cost", "0", "--source", "console shows no charge")
+    assert result.exit_code == 0, result.output
+    with Ledger() as ledger:
+        (attempt,) = ledger.attempts(id="a1")
+    assert (attempt["state"], attempt["cost_nusd"]) == ("settled", 0)
+
+
+def test_a_malformed_cost_is_one_line_naming_the_option(declared):
+    reserve("a1")
+    result = run("reconcile", "a1", "--cost", "1,50", "--source", "console")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1 and "--cost" in result.output
+
+
+def test_adjust_takes_a_signed_amount(declared):
+    reserve("a1", pinned="work")
+    settle("a1", Complete(2_000_000_000, {"input_tokens": 1}, MODEL))
+    assert run("adjust", "work", "--month", "2026-11", "--delta", "-0.50", "--source", "invoice credit").exit_code == 0
+    with Ledger() as ledger:
+        work = ledger.status(declared)[0]
+    assert work.spent_nusd == 1_500_000_000
+
+
+def test_adjust_refuses_a_month_that_is_not_a_credit_period_key(declared):
+    result = run("adjust", "work", "--month", "November", "--delta", "1", "--source", "x")
+    assert result.exit_code == 1 and "YYYY-MM" in result.output
+
+
+def test_rebind_moves_a_conversation(declared):
+    first = reserve("a1", conversation="01jd7k2m4q")
+    other = "home" if first.account == "work" else "work"
+    result = run("rebind", "01jd7k2m4q", other)
+    assert f"now uses account {other} (was {first.account})" in result.output
+    assert reserve("a2", conversation="01jd7k2m4q").account == other
