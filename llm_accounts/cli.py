@@ -776,3 +776,46 @@ def rebind(conversation_id, name, source):
     except AccountsError as error:
         fail(error)
     click.echo(f"Conversation {conversation_id} now uses account {name}" + (f" (was {old})" if old and old != name else ""))
+
+
+@accounts.command(name="refresh-models")
+@click.argument("names", nargs=-1)
+@click.option("--json", "json_", is_flag=True, help="Output JSON")
+def refresh_models(names, json_):
+    """Ask each account which models it serves (GET /v1/models) and remember the answer.
+
+    New conversations then go only to accounts that serve the requested model. Each account's
+    key is resolved only for its own request. With NAMES, refresh only those accounts.
+
+    \b
+    Example:
+        llm accounts refresh-models
+        llm accounts refresh-models work --json
+    """
+    from . import catalog
+    from .declarations import load_declaration
+    from .errors import AccountsError
+
+    try:
+        declaration = load_declaration()
+        unknown = sorted(set(names) - {a.name for a in declaration.accounts})
+        if unknown:
+            raise AccountsError("declaration_invalid", f"no declared account named '{unknown[0]}' (see llm accounts list)")
+        if not declaration.routed:
+            raise AccountsError("declaration_invalid", "no accounts declared: add one with 'llm accounts add'")
+        results = catalog.refresh(declaration, set(names) or None)
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        echo_json(
+            {
+                name: ({"models": value} if isinstance(value, list) else {"error": value.code})
+                for name, value in results.items()
+            }
+        )
+        return
+    for name, value in results.items():
+        if isinstance(value, list):
+            click.echo(f"{name}: {len(value)} models")
+        else:
+            click.echo(f"{name}: not refreshed: {value}", err=True)

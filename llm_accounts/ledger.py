@@ -277,10 +277,19 @@ def _check_account(account, field="account"):
     return account
 
 
+_VALID_ACCOUNTS = {}
+
+
 def _declared(accounts):
     declared = {}
     for account in accounts or ():
-        _check_account(account)
+        # Declarations are re-checked on every reserve; remember the ones already found valid.
+        # Only frozen dataclasses (such as declarations.Account) are remembered: they cannot change.
+        frozen = dataclasses.is_dataclass(account) and account.__dataclass_params__.frozen
+        if not (frozen and _VALID_ACCOUNTS.get(account) is account):
+            _check_account(account)
+            if frozen and len(_VALID_ACCOUNTS) < 1024:
+                _VALID_ACCOUNTS[account] = account
         if account.name in declared:
             raise _invalid(f"{account.name}.name", "declared twice")
         declared[account.name] = account
@@ -402,8 +411,6 @@ SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
        m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
        (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
          WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
-       (SELECT COUNT(*) FROM attempt o WHERE o.state = 'open'
-         AND o.provider = a.provider AND o.account = a.name AND o.month_utc = :month) AS open_attempts,
        h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
        h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
        h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe,
@@ -454,14 +461,14 @@ class _Facts:
     day_settled_nusd: int = 0
     day_open_nusd: int = 0
     adjusted_nusd: int = 0
-    open_attempts: int = 0
     record: health.Health | None = None
     probe_taken: bool = False
     in_ledger: bool = False
 
     @classmethod
-    def from_row(cls, row, now):
-        h = _health_from(row)
+    def from_row(cls, row, now, full=True):
+        """``full=False`` (admission) skips parsing a healthy row: only a failing one gates."""
+        h = _health_from(row) if full or row["h_state"] == "failing" else None
         return cls(
             name=row["name"],
             key_env=row["key_env"],
@@ -479,7 +486,6 @@ class _Facts:
             day_settled_nusd=row["day_settled_nusd"] or 0,
             day_open_nusd=row["day_open_nusd"] or 0,
             adjusted_nusd=row["adjusted_nusd"],
-            open_attempts=row["open_attempts"],
             record=h,
             probe_taken=health.probe_outstanding(
                 h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
@@ -723,7 +729,7 @@ class Ledger:
                 f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
             )
         facts = {
-            row["name"]: _Facts.from_row(row, now)
+            row["name"]: _Facts.from_row(row, now, full=False)
             for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
         }
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
@@ -1303,6 +1309,12 @@ class Ledger:
                 row["name"]: _Facts.from_row(row, now)
                 for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
             }
+            open_counts = dict(
+                conn.execute(
+                    "SELECT account, COUNT(*) FROM attempt WHERE state = 'open' AND provider = ? AND month_utc = ? GROUP BY account",
+                    (provider, month),
+                ).fetchall()
+            )
             names = list(declared) + sorted(set(facts) - set(declared))
             lines = []
             for name in names:
@@ -1330,7 +1342,7 @@ class Ledger:
                         settled_nusd=f.settled_nusd,
                         adjustments_nusd=f.adjusted_nusd,
                         open_ceiling_nusd=f.open_nusd,
-                        open_attempts=f.open_attempts,
+                        open_attempts=open_counts.get(name, 0),
                         remaining_nusd=None if budget is None else budget - f.spent_nusd - f.open_nusd,
                         daily_budget_nusd=daily,
                         today_settled_nusd=day_settled,

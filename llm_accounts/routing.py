@@ -13,7 +13,7 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import classify, keys, pricing
+from . import catalog, classify, keys, pricing
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import usd
@@ -49,6 +49,8 @@ class RoutedCall:
         self.revision = revision or pricing.current_revision()
         # Raises unsupported_pricing before anything is reserved or sent.
         self.quote = pricing.quote(body, self.revision)
+        # Declared models, narrowed to what each account serves (llm accounts refresh-models).
+        self.accounts = catalog.effective_accounts(declaration.accounts, self.revision)
         self.records = []
         self.tried = []
         self.new_scope = None
@@ -62,7 +64,7 @@ class RoutedCall:
             self.scope,
             attempt_id,
             self.quote,
-            self.declaration.accounts,
+            self.accounts,
             pinned=self.pinned,
             client=self.client,
             exclude=tuple(self.tried),

@@ -27,6 +27,8 @@ and no length; adjacent masked characters collapse into one marker. Its brackets
 Anthropic key's alphabet, so no run of the key can form across a marker.
 """
 
+from __future__ import annotations
+
 import re
 
 MASK = "[key]"
@@ -44,7 +46,7 @@ _CLASSES = (
 class _Key:
     """Everything the matchers need, computed once per key: its runs and what can begin one."""
 
-    __slots__ = ("key", "n", "last", "runs", "search", "finditer", "fail")
+    __slots__ = ("key", "n", "last", "runs", "search", "stretch", "finditer", "fail")
 
     def __init__(self, key):
         if not isinstance(key, str) or not key:
@@ -53,12 +55,15 @@ class _Key:
         n = self.n = min(RUN, len(key))
         self.last = len(key) - n  # where the last run starts
         self.runs = frozenset(key[i : i + n] for i in range(self.last + 1))
-        self.search = self.finditer = None
+        self.search = self.stretch = self.finditer = None
         chars = set(key)
         for alphabet, cls in _CLASSES:
             if chars <= alphabet:
-                pattern = re.compile("%s{%d,}" % (cls, n))
-                self.search, self.finditer = pattern.search, pattern.finditer
+                # search finds the first n characters of a stretch (a fixed count is the cheapest
+                # probe for sre); stretch and finditer take whole stretches.
+                self.search = re.compile("%s{%d}" % (cls, n)).search
+                whole = re.compile("%s{%d,}" % (cls, n))
+                self.stretch, self.finditer = whole.match, whole.finditer
                 break
         # Amendment 1: a key without the public sk-ant- prefix has every beginning masked in a
         # stream. A KMP failure table tracks the longest beginning of the key ending at each
@@ -75,10 +80,10 @@ class _Key:
         return [i for a, b in spans for i in range(a, b - n + 1) if s[i : i + n] in runs]
 
     def has_run(self, s, match):
-        """Whether ``s`` holds a run, given the regex's first stretch long enough for one."""
+        """Whether ``s`` holds a run, given where ``search`` found a stretch long enough for one."""
         n, runs, search = self.n, self.runs, self.search
         while match is not None:
-            a, b = match.span()
+            a, b = self.stretch(s, match.start()).span()
             for i in range(a, b - n + 1):
                 if s[i : i + n] in runs:
                     return True
@@ -161,12 +166,12 @@ def _render(s, hit):
     return "".join(parts)
 
 
-def scrub_text(text, key):
+def scrub_text(text: str, key: str) -> str:
     """Mask every run of ``key`` in one whole string (no beginnings: it can be read first)."""
     return _render(text, _Key(key).masked(text))
 
 
-def scrub_other(value, key):
+def scrub_other(value: str, key: str) -> str:
     """Mask a stream event's other string value, matched on its own (Amendment 1).
 
     Part of the stream path, so a key without the ``sk-ant-`` prefix also has its beginnings
@@ -351,7 +356,7 @@ class StreamScrubber:
         "_done",
     )
 
-    def __init__(self, key):
+    def __init__(self, key: str):
         k = self._k = _Key(key)
         # The hot path's tables, held directly: a regex finding stretches a run could lie in, and
         # the one- and two-character pieces of the key that decide most holds at once.
@@ -383,37 +388,43 @@ class StreamScrubber:
         self._ctx = ""
         self._done = 0
 
-    def other(self, value):
+    def other(self, value: str) -> str:
         """Mask any other string value of an event, matched on its own (see ``scrub_other``)."""
         return _render(value, self._k.masked(value, beginnings=True))
 
-    def feed(self, channel, text):
-        if not text:
-            return []
-        if channel == self._fast:
+    def feed(self, channel: str, text: str) -> list[tuple[str, str]]:
+        """Take the next piece of ``channel``'s join; return what is now safe to emit, masked."""
+        if channel == self._fast and text:
             s = self._ctx + text
-            match = self._search(s) if len(s) >= self._n else None
+            match = self._search(s)
             if match is None or not self._k.has_run(s, match):
-                # No run in s: hold back only the longest suffix that could begin one. The key's
-                # pieces are closed under suffixes, so a last character outside them holds nothing.
+                # No run in s: hold back only the longest suffix that could begin one. Pieces of
+                # the key are closed under suffixes, so a last character outside it holds nothing,
+                # and a last pair outside it holds at most that character.
                 last = s[-1]
                 if last not in self._chars:
                     hold = 0
-                elif len(s) > 1 and s[-2:] in self._pairs:
+                elif s[-2:] in self._pairs:
                     hold = self._k.hold(s)
                 else:
                     hold = 1 if last in self._firsts else 0
-                cut = len(s) - hold
-                self._ctx = s[cut:]
                 self._total += len(text)
                 done = self._done  # characters of _ctx already released (by a pause)
+                if hold:
+                    cut = len(s) - hold
+                    self._ctx = s[cut:]
+                else:
+                    cut = len(s)
+                    self._ctx = ""
                 if not done:
-                    return [(channel, s[:cut])] if cut else []
+                    return [(channel, s[:cut] if hold else s)] if cut else []
                 if done < cut:
                     self._done = 0
                     return [(channel, s[done:cut])]
                 self._done = done - cut
                 return []
+        if not text:
+            return []
         self._slow()
         g0 = self._total
         self._total = g0 + len(text)
@@ -437,7 +448,7 @@ class StreamScrubber:
         self._try_fast(channel)
         return out
 
-    def pause(self, channel=None):
+    def pause(self, channel: str | None = None) -> list[tuple[str, str]]:
         """An event carried no text into ``channel``'s join (any join, when None): release its hold."""
         if channel is None and self._fast is not None:
             total = self._total
@@ -458,7 +469,7 @@ class StreamScrubber:
             self._try_fast(fast)
         return out
 
-    def flush(self):
+    def flush(self) -> list[tuple[str, str]]:
         """End of stream: release everything, masked, and forget the message's joins."""
         out = self.pause(None)
         self._reset()

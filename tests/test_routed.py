@@ -392,6 +392,11 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
     )
     for name in ("alpha", "beta"):
         accounts.set_behaviour(name, "slow", delay=1.5)
+    # llm's own logs.db migrations race when eight processes create it at once: create it first.
+    import sqlite_utils
+    from llm.migrations import migrate
+
+    migrate(sqlite_utils.Database(user_path / "logs.db"))
     llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
     env = dict(os.environ)
     violations, samples = [], []
@@ -428,6 +433,7 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
     refused = [r for r in results if r[0] != 0]
     assert all("budget_exhausted" in stderr for _, _, stderr in refused), [r[2] for r in refused]
     assert len(succeeded) + len(refused) == 8 and succeeded
+    print(f"{len(succeeded)} admitted, {len(refused)} refused")
     # Every admitted attempt is in the ledger, settled, and matches a request the stand-in saw.
     assert len(rows) == len(accounts.requests) == len(succeeded)
     assert all(row["state"] == "settled" and row["outcome"] == "complete" for row in rows)
