@@ -9,7 +9,8 @@ Prints:
 - raw SQLite commits per second from N processes doing ``BEGIN IMMEDIATE; INSERT; COMMIT`` on a
   file in the same directory with the same journal mode and ``synchronous`` setting;
 - their ratio (goal >= 0.8);
-- the sequential cost of one reserve+settle as a multiple of two raw commits (goal <= 1.1).
+- the sequential cost of one reserve+settle as a multiple of two raw commits (goal <= 1.1), and
+  how much of it is the ledger's SQL alone (its statements replayed without its Python).
 
 Raw and ledger runs alternate, ``--rounds`` times each, so drift in the machine affects both.
 """
@@ -119,12 +120,55 @@ def concurrent(target, path, processes, seconds):
     return sum(counts) / seconds
 
 
+class Recorder:
+    """Wraps the ledger's connection to record one reserve+settle's statements for replay."""
+
+    def __init__(self, conn):
+        self.conn, self.statements = conn, []
+
+    def execute(self, sql, *params):
+        self.statements.append((sql, params))
+        return self.conn.execute(sql, *params)
+
+    def __getattr__(self, name):
+        return getattr(self.conn, name)
+
+
+def replayer(ledger, Scope, Complete):
+    """The SQL of one reserve+settle on a bound conversation, to run again without the ledger's
+    Python: what the statements and their pages cost by themselves."""
+    marker = "replay-marker"
+    ledger_pair(ledger, Scope, Complete, Scope("conversation", "replay"), uuid.uuid4().hex)
+    conn, ledger._conn = ledger._conn, Recorder(ledger._conn)
+    try:
+        ledger_pair(ledger, Scope, Complete, Scope("conversation", "replay"), marker)
+        statements = ledger._conn.statements
+    finally:
+        ledger._conn = conn
+
+    def swap(value, new_id):
+        return new_id if value == marker else value
+
+    def replay():
+        new_id = uuid.uuid4().hex
+        for sql, params in statements:
+            if not params:
+                conn.execute(sql)
+            elif isinstance(params[0], dict):
+                conn.execute(sql, {k: swap(v, new_id) for k, v in params[0].items()})
+            else:
+                conn.execute(sql, tuple(swap(v, new_id) for v in params[0]))
+
+    return replay
+
+
 def sequential(raw_path, ledger_path, pairs):
     from llm_accounts.ledger import Complete, Ledger, Scope
 
     conn = raw_connect(raw_path)
     ledger = Ledger(ledger_path)
-    raw_times, pair_times = [], []
+    replay = replayer(ledger, Scope, Complete)
+    raw_times, pair_times, replay_times = [], [], []
     for i in range(pairs):
         t = time.perf_counter()
         for _ in range(2):
@@ -135,7 +179,10 @@ def sequential(raw_path, ledger_path, pairs):
         t = time.perf_counter()
         ledger_pair(ledger, Scope, Complete, Scope("conversation", f"seq-{i // 4}"), uuid.uuid4().hex)
         pair_times.append(time.perf_counter() - t)
-    return statistics.median(raw_times), statistics.median(pair_times)
+        t = time.perf_counter()
+        replay()
+        replay_times.append(time.perf_counter() - t)
+    return statistics.median(raw_times), statistics.median(pair_times), statistics.median(replay_times)
 
 
 def main():
@@ -170,10 +217,14 @@ def main():
         print(f"ledger transactions/s:       {ledger_rate:8.1f}")
         print(f"ratio ledger/raw:            {ratio:8.3f}   (goal >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
 
-        raw_two, pair = sequential(raw_path, ledger_path, args.pairs)
+        raw_two, pair, sql_only = sequential(raw_path, ledger_path, args.pairs)
         multiple = pair / raw_two
         print(f"sequential, median of {args.pairs}: two raw commits {raw_two * 1000:.3f} ms, reserve+settle {pair * 1000:.3f} ms")
         print(f"reserve+settle / two raw commits: {multiple:.3f}   (goal <= 1.1: {'met' if multiple <= 1.1 else 'MISSED'})")
+        print(
+            f"  of which the same SQL replayed without the ledger's Python: {sql_only * 1000:.3f} ms "
+            f"({sql_only / raw_two:.3f} x two raw commits); Python: {(pair - sql_only) * 1000:.3f} ms"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -608,6 +608,12 @@ class Ledger:
     # -- opening and migrating -----------------------------------------------------------------
 
     def _open(self):
+        try:
+            self._open_file()
+        except OSError as error:
+            raise self._unavailable(f"it cannot be opened ({error.strerror or type(error).__name__})") from None
+
+    def _open_file(self):
         path = self.path
         if path.exists() and not path.is_file():
             raise self._unavailable("not a file")
@@ -854,7 +860,7 @@ class Ledger:
         fit = [v for v in verdicts if not v.code]
         if not fit:
             codes = {v.code for v in verdicts}
-            reasons = "; ".join(v.message for v in verdicts) or "no accounts are declared"
+            reasons = "; ".join(v.message for v in verdicts) or "no untried account is declared"
             code = next(
                 (c for c in ("budget_exhausted", "account_config_conflict") if c in codes), "no_account_available"
             )

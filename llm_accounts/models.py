@@ -263,7 +263,7 @@ class Projector:
                 return self._release(self.scrubber.feed(channel, delta.get("partial_json", "")))
             out = self._release(self.scrubber.pause())
             if dtype == "signature_delta":
-                signature = scrub.scrub_other(delta.get("signature", ""), self.key)
+                signature = self.scrubber.other(delta.get("signature", ""))
                 out.append(self._event("reasoning", "", provider_metadata={"anthropic": {"signature": signature}}))
             return out
         out = self._release(self.scrubber.pause())
@@ -277,9 +277,9 @@ class Projector:
                 pass
             elif btype == "tool_use":
                 self.tool_call_id = block.get("id")
-                out.append(self._event("tool_call_name", scrub.scrub_other(block.get("name", ""), self.key)))
+                out.append(self._event("tool_call_name", self.scrubber.other(block.get("name", ""))))
             elif btype == "redacted_thinking":
-                data = scrub.scrub_other(block.get("data", ""), self.key)
+                data = self.scrubber.other(block.get("data", ""))
                 out.append(
                     self._event("reasoning", "", provider_metadata={"anthropic": {"type": "redacted_thinking", "data": data}})
                 )

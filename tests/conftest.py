@@ -1,3 +1,4 @@
+import json
 import os
 import secrets
 import string
@@ -81,3 +82,28 @@ def assert_tree_has_no_key_material(root, secret, ignore=()):
             data = open(os.path.join(dirpath, filename), "rb").read()
             for run in runs:
                 assert run not in data, f"a run of the key found in {filename}"
+
+
+@pytest.fixture
+def accounts(user_path, ledger_path, monkeypatch):
+    """Two accounts, alpha and beta, on the stand-in; keys live in llm's keys.json."""
+    from llm_accounts.declarations import Account, save_accounts_file
+    from llm_accounts.money import NANO
+    from llm_accounts.standin import StandIn
+
+    keys = {"alpha": make_key(), "beta": make_key()}
+    config = {"keys": [{"label": name, "key": key, "organization": f"org-{name}"} for name, key in keys.items()]}
+    (user_path / "keys.json").write_text(
+        json.dumps({"ALPHA_KEY": keys["alpha"], "BETA_KEY": keys["beta"]})
+    )
+    save_accounts_file(
+        [
+            Account("alpha", "ALPHA_KEY", 20 * NANO),
+            Account("beta", "BETA_KEY", 20 * NANO),
+        ],
+        None,
+    )
+    with StandIn(config) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        server.keys = keys
+        yield server

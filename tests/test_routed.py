@@ -8,35 +8,12 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
-from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
+from conftest import assert_no_key_material, assert_tree_has_no_key_material
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 
 MODEL = "claude-routed/claude-haiku-4-5"
-
-
-@pytest.fixture
-def accounts(user_path, ledger_path, monkeypatch):
-    """Two accounts, alpha and beta, on the stand-in; keys live in llm's keys.json."""
-    from llm_accounts.standin import StandIn
-
-    keys = {"alpha": make_key(), "beta": make_key()}
-    config = {"keys": [{"label": name, "key": key, "organization": f"org-{name}"} for name, key in keys.items()]}
-    (user_path / "keys.json").write_text(
-        json.dumps({"ALPHA_KEY": keys["alpha"], "BETA_KEY": keys["beta"]})
-    )
-    save_accounts_file(
-        [
-            Account("alpha", "ALPHA_KEY", 20 * NANO),
-            Account("beta", "BETA_KEY", 20 * NANO),
-        ],
-        None,
-    )
-    with StandIn(config) as server:
-        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
-        server.keys = keys
-        yield server
 
 
 def llm_cli(*args):

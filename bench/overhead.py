@@ -1,0 +1,301 @@
+"""Whole-command overhead of the routed model (design.md "Performance targets", issue 5).
+
+Usage: python bench/overhead.py [--runs 15]
+
+One run measures, against the loopback stand-in, with commands run alternately so that machine
+noise falls on both sides alike:
+
+- whole commands: ``llm -m claude-routed/claude-haiku-4-5 PROMPT`` vs llm-anthropic's
+  ``llm -m anthropic/claude-haiku-4-5-20251001 PROMPT``, same prompts, both streamed, both with
+  every installed plugin loaded (goal: median routed/direct ratio <= 1.05);
+- start-up: ``llm --help`` with only llm-accounts loaded vs no plugins at all, through llm's
+  ``LLM_LOAD_PLUGINS`` (goal: <= 30 ms more);
+- the plugin's own import time (``python -X importtime``), for information.
+
+llm-anthropic is the baseline, not a dependency of the project. When this interpreter cannot
+import it, the script makes ``.venv-bench/`` at the repo root (``pip install -e '.[bench]'``, with
+this interpreter's llm version) and runs itself again there; ``--no-venv`` only says how to
+install it instead.
+
+Keys are random strings made at run time, written only to the throwaway llm user directory's
+keys.json; they never go on a command line or into a child's environment.
+"""
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import secrets
+import statistics
+import string
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH_VENV = REPO / ".venv-bench"
+ROUTED_MODEL = "claude-routed/claude-haiku-4-5"
+# llm-anthropic 0.30 registers the dated id (alias claude-haiku-4.5); the stand-in serves both.
+DIRECT_MODEL = "anthropic/claude-haiku-4-5-20251001"
+ACCOUNTS = (("alpha", "BENCH_ALPHA_KEY"), ("beta", "BENCH_BETA_KEY"))
+RATIO_GOAL = 1.05
+STARTUP_GOAL_MS = 30.0
+PROMPTS = (
+    "Suggest a name for a pelican-themed cafe",
+    "Three facts about herons",
+    "Write a haiku about a ledger",
+    "Explain prompt caching in one sentence",
+    "List five birds that can swim",
+)
+
+
+# --- making sure llm-anthropic is there ------------------------------------------------------
+
+
+def ensure_llm_anthropic(no_venv):
+    """Return when llm-anthropic is importable here; otherwise re-run this script in .venv-bench."""
+    if importlib.util.find_spec("llm_anthropic") is not None:
+        return
+    in_bench_venv = Path(sys.prefix).resolve() == BENCH_VENV.resolve()
+    if no_venv or in_bench_venv:
+        sys.exit(
+            "llm-anthropic is not installed in this environment; it is the baseline of this "
+            "benchmark.\nInstall it with: pip install llm-anthropic   (or: pip install -e '.[bench]')"
+        )
+    python = BENCH_VENV / "bin" / "python"
+    ready = python.exists() and (
+        subprocess.run(
+            [str(python), "-c", "import llm_anthropic, llm_accounts"], capture_output=True
+        ).returncode
+        == 0
+    )
+    if not ready:
+        requirements = ["-e", f"{REPO}[bench]"]
+        try:
+            from importlib.metadata import version
+
+            # Same llm as the environment we were started from, so the figures are comparable.
+            requirements.append(f"llm=={version('llm')}")
+        except Exception:
+            pass
+        print(f"llm-anthropic is not importable here; setting up {BENCH_VENV} (one-off):", flush=True)
+        print("  pip install " + " ".join(requirements), flush=True)
+        if not python.exists():
+            subprocess.run([sys.executable, "-m", "venv", str(BENCH_VENV)], check=True)
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "-q", *requirements], check=True
+        )
+    print(f"Re-running with {python}\n", flush=True)
+    os.execv(str(python), [str(python), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+# --- the throwaway set-up --------------------------------------------------------------------
+
+
+def make_key():
+    alphabet = string.ascii_letters + string.digits
+    return "sk-ant-bench-" + "".join(secrets.choice(alphabet) for _ in range(40))
+
+
+def llm_path():
+    return str(Path(sys.executable).parent / "llm")
+
+
+def base_env():
+    """This environment without anything that would point llm or the SDK elsewhere."""
+    drop = ("ANTHROPIC_", "LLM_ACCOUNTS_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env.pop("LLM_LOAD_PLUGINS", None)
+    env.pop("LLM_USER_PATH", None)
+    return env
+
+
+def set_up(workdir, keys, base_url):
+    """A throwaway llm user directory: two routed accounts and llm-anthropic's key, all in keys.json."""
+    user_dir = workdir / "llm"
+    user_dir.mkdir(mode=0o700)
+    stored = {env_name: keys[name] for name, env_name in ACCOUNTS}
+    stored["anthropic"] = keys["alpha"]  # the direct side uses alpha's key
+    keys_json = user_dir / "keys.json"
+    keys_json.write_text(json.dumps(stored))
+    keys_json.chmod(0o600)
+    env = base_env()
+    env.update(
+        LLM_USER_PATH=str(user_dir),
+        LLM_ACCOUNTS_BASE_URL=base_url,
+        LLM_ACCOUNTS_LEDGER=str(workdir / "ledger.db"),
+        # The anthropic SDK reads its base URL from here when llm-anthropic passes base_url=None.
+        ANTHROPIC_BASE_URL=base_url,
+    )
+    for name, env_name in ACCOUNTS:
+        run_checked([llm_path(), "accounts", "add", name, "--key-env", env_name, "--budget", "50.00"], env)
+    return env
+
+
+def run_checked(argv, env):
+    completed = subprocess.run(argv, env=env, capture_output=True, text=True)
+    if completed.returncode != 0:
+        tail = (completed.stderr or completed.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        sys.exit(f"FAILED (exit {completed.returncode}): {' '.join(argv[1:3])} ...: {tail[0]}")
+    return completed
+
+
+# --- measuring -------------------------------------------------------------------------------
+
+
+def timed(argv, env):
+    start = time.perf_counter()
+    run_checked(argv, env)
+    return time.perf_counter() - start
+
+
+class RequestCheck:
+    """Per command, exactly one POST /v1/messages answered 200 must reach the stand-in."""
+
+    def __init__(self, standin):
+        self.standin = standin
+        self.labels = {"routed": [], "direct": []}
+        self.problems = []
+
+    def run(self, side, argv, env):
+        before = len(self.standin.requests)
+        elapsed = timed(argv, env)
+        new = self.standin.requests[before:]
+        if len(new) != 1 or new[0]["path"] != "/v1/messages" or new[0]["status"] != 200:
+            seen = [(r["method"], r["path"], r["status"]) for r in new]
+            self.problems.append(f"{side}: expected one POST /v1/messages answered 200, saw {seen}")
+        else:
+            self.labels[side].append(new[0]["label"])
+        return elapsed
+
+
+def whole_commands(standin, env, runs):
+    """Interleaved pairs, the side that goes first alternating; one unmeasured warm-up pair first."""
+    check = RequestCheck(standin)
+    argv = {
+        "routed": lambda prompt: [llm_path(), "-m", ROUTED_MODEL, prompt],
+        "direct": lambda prompt: [llm_path(), "-m", DIRECT_MODEL, prompt],
+    }
+    # Warm-up: first use creates logs.db and the ledger, and fills the OS caches.
+    for side in ("routed", "direct"):
+        check.run(side, argv[side]("Warm up"), env)
+    check.labels = {"routed": [], "direct": []}
+    times = {"routed": [], "direct": []}
+    for i in range(runs):
+        prompt = PROMPTS[i % len(PROMPTS)]
+        order = ("routed", "direct") if i % 2 == 0 else ("direct", "routed")
+        for side in order:
+            times[side].append(check.run(side, argv[side](prompt), env))
+    return times, check
+
+
+def startup(env, runs):
+    """``llm --help`` with only llm-accounts loaded vs none, alternating; one warm-up each."""
+    variants = {"plugin": "llm-accounts", "bare": ""}
+    argv = [llm_path(), "--help"]
+    for name, plugins in variants.items():
+        output = run_checked(argv, dict(env, LLM_LOAD_PLUGINS=plugins)).stdout
+        listed = bool(re.search(r"^\s+accounts\s", output, re.M))
+        if listed != (name == "plugin"):
+            sys.exit(f"LLM_LOAD_PLUGINS={plugins!r} did not give the expected command list")
+    times = {"plugin": [], "bare": []}
+    for i in range(runs):
+        order = ("plugin", "bare") if i % 2 == 0 else ("bare", "plugin")
+        for name in order:
+            times[name].append(timed(argv, dict(env, LLM_LOAD_PLUGINS=variants[name])))
+    return times
+
+
+def import_time_ms(env, runs=5):
+    """llm_accounts' cumulative import time minus the llm import inside it, median of a few runs."""
+    samples = []
+    for _ in range(runs):
+        completed = subprocess.run(
+            [sys.executable, "-X", "importtime", "-c", "import llm_accounts"],
+            env=env, capture_output=True, text=True,
+        )
+        cumulative = {}
+        for line in completed.stderr.splitlines():
+            match = re.match(r"import time:\s+\d+\s+\|\s+(\d+)\s+\|\s+(.*)$", line)
+            if match:
+                cumulative.setdefault(match.group(2).strip(), int(match.group(1)))
+        if "llm_accounts" not in cumulative:
+            return None
+        samples.append((cumulative["llm_accounts"] - cumulative.get("llm", 0)) / 1000)
+    return statistics.median(samples)
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def ms(seconds):
+    return f"{seconds * 1000:.0f} ms"
+
+
+def verdict(met):
+    return "met" if met else "NOT met"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15, help="commands per side (default 15)")
+    parser.add_argument("--no-venv", action="store_true", help="never create .venv-bench")
+    args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be 1 or more")
+    ensure_llm_anthropic(args.no_venv)
+
+    from importlib.metadata import version
+
+    from llm_accounts.standin import StandIn
+
+    keys = {name: make_key() for name, _ in ACCOUNTS}
+    config = {"keys": [{"label": name, "key": keys[name], "organization": f"org-{name}"} for name, _ in ACCOUNTS]}
+    print(
+        f"llm {version('llm')}, llm-accounts {version('llm-accounts')}, "
+        f"llm-anthropic {version('llm-anthropic')}, anthropic {version('anthropic')}; "
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} cores, {args.runs} runs per side"
+    )
+    with tempfile.TemporaryDirectory(prefix="llm-accounts-bench-") as tmp, StandIn(config) as standin:
+        env = set_up(Path(tmp), keys, standin.base_url)
+        print(f"Stand-in at {standin.base_url}; two routed accounts; llm-anthropic on alpha's key\n")
+
+        times, check = whole_commands(standin, env, args.runs)
+        routed, direct = statistics.median(times["routed"]), statistics.median(times["direct"])
+        paired = statistics.median(r / d for r, d in zip(times["routed"], times["direct"]))
+        print("Whole commands (streamed, all installed plugins loaded)")
+        print(f"  llm -m {ROUTED_MODEL}: median {ms(routed)}  (min {ms(min(times['routed']))})")
+        print(f"  llm -m {DIRECT_MODEL}: median {ms(direct)}  (min {ms(min(times['direct']))})")
+        print(f"  ratio routed/direct: median of pairs {paired:.3f}, of medians {routed / direct:.3f}")
+        for side in ("routed", "direct"):
+            labels = check.labels[side]
+            spread = ", ".join(f"{n} {labels.count(n)}" for n in sorted(set(labels))) or "none"
+            print(f"  request log, {side}: {len(labels)}/{args.runs} commands made exactly one "
+                  f"POST /v1/messages answered 200 ({spread})")
+        for problem in check.problems:
+            print(f"  PROBLEM: {problem}")
+
+        boot = startup(env, args.runs)
+        plugin, bare = statistics.median(boot["plugin"]), statistics.median(boot["bare"])
+        added_ms = (plugin - bare) * 1000
+        print("\nllm --help start-up (LLM_LOAD_PLUGINS=llm-accounts vs LLM_LOAD_PLUGINS='')")
+        print(f"  with llm-accounts: median {ms(plugin)};  no plugins: median {ms(bare)}")
+        print(f"  added by the plugin: {added_ms:+.1f} ms")
+        own = import_time_ms(env)
+        if own is not None:
+            print(f"  import llm_accounts alone (-X importtime, less its llm import): {own:.1f} ms")
+
+    requests_ok = not check.problems
+    print("\nSummary (one run on this machine; medians move with load, so read them as indications)")
+    print(f"  whole-command ratio {paired:.3f} (goal <= {RATIO_GOAL}): {verdict(paired <= RATIO_GOAL)}")
+    print(f"  --help start-up cost {added_ms:+.1f} ms (goal <= {STARTUP_GOAL_MS:.0f} ms): "
+          f"{verdict(added_ms <= STARTUP_GOAL_MS)}")
+    print(f"  every command made exactly one request to the stand-in: {'yes' if requests_ok else 'NO'}")
+    return 0 if requests_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
