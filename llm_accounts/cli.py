@@ -819,3 +819,67 @@ def refresh_models(names, json_):
             click.echo(f"{name}: {len(value)} models")
         else:
             click.echo(f"{name}: not refreshed: {value}", err=True)
+
+
+@accounts.command()
+@click.option("--json", "json_", is_flag=True, help="Output JSON")
+def ladder(json_):
+    """Show the order in which new conversations try the accounts now.
+
+    Ranks come first (lower is preferred), then committed utilization relative to budget x
+    weight, then the name. A request's warm system prompt and the conversations in flight can
+    still reorder accounts within a rank. Accounts that cannot take a new conversation now are
+    listed last with the reason. Bound conversations never move.
+
+    \b
+    Example:
+        llm accounts ladder
+        llm accounts ladder --json
+    """
+    from . import ladder as ladder_module
+    from .declarations import load_declaration
+    from .errors import AccountsError
+    from .ledger import Ledger
+    from .money import usd, usd_exact
+
+    try:
+        declaration = load_declaration()
+        if not declaration.routed:
+            click.echo("No accounts declared: claude-routed sends unrouted with your 'anthropic' key")
+            return
+        rungs = ladder_module.build(Ledger().status(declaration.accounts))
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        echo_json(
+            [
+                {
+                    "position": r.position,
+                    "account": r.name,
+                    "rank": r.rank,
+                    "weight": r.weight,
+                    "committed_usd": usd_exact(r.committed_nusd),
+                    "budget_usd": usd_exact(r.budget_nusd),
+                    "available": r.available,
+                    "reason": r.reason,
+                }
+                for r in rungs
+            ]
+        )
+        return
+    rows = [("#", "account", "rank", "weight", "committed", "budget", "state")]
+    for r in rungs:
+        rows.append(
+            (
+                str(r.position) if r.position else "-",
+                r.name,
+                "-" if r.rank is None else str(r.rank),
+                "-" if r.weight is None else str(r.weight),
+                usd(r.committed_nusd, 4),
+                usd(r.budget_nusd),
+                r.reason,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())

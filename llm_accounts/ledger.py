@@ -670,6 +670,8 @@ class Ledger:
     def _migrate(self, conn):
         """Create a fresh ledger, or bring an older version-1 one up to date, under the lock."""
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version == schema.VERSION and _schema_complete(conn):
+            return  # another process finished it while this one waited for the lock
         tables = _table_names(conn)
         if version == 0 and tables - set(schema.TABLE_NAMES):
             raise self._unavailable("it holds tables that are not an llm-accounts ledger's")
@@ -742,7 +744,7 @@ class Ledger:
         if moving:
             bound = None
         if bound is not None:
-            verdict = self._bound_verdict(conn, provider, bound, pinned, declared, facts, quote, day, now)
+            verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now)
         elif pinned is not None:
             if pinned not in declared:
                 raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
@@ -769,21 +771,22 @@ class Ledger:
             probe=verdict.probe,
         )
 
-    def _bound_verdict(self, conn, provider, name, pinned, declared, facts, quote, day, now):
+    def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now):
         """ADR-0126 D3: a bound scope never moves by itself; ``llm accounts rebind`` moves it."""
+        conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
             raise AccountsError(
                 "no_account_available",
-                f"this conversation is bound to account '{name}', not '{pinned}'; to move it run: llm accounts rebind CONVERSATION_ID {pinned}",
+                f"this conversation is bound to account '{name}', not '{pinned}'; to move it run: llm accounts rebind {conversation} {pinned}",
                 account=name,
             )
         if name not in declared:
             raise AccountsError(
                 "account_blocked",
-                f"account '{name}', bound to this conversation, is no longer declared; declare it again or run: llm accounts rebind CONVERSATION_ID NAME",
+                f"account '{name}', bound to this conversation, is no longer declared; declare it again or run: llm accounts rebind {conversation} NAME",
                 account=name,
             )
-        verdict = self._verdict(conn, provider, declared[name], facts, quote, day, now)
+        verdict = self._verdict(conn, scope.provider, declared[name], facts, quote, day, now)
         if verdict.code and verdict.code != "account_config_conflict":
             verdict.message += "; a conversation never moves by itself (llm accounts rebind moves it)"
         return verdict

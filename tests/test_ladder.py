@@ -1,0 +1,46 @@
+"""llm accounts ladder: the order new conversations try accounts, from the ledger's own rules."""
+
+import json
+
+from click.testing import CliRunner
+from llm.cli import cli
+
+from llm_accounts import clock
+from llm_accounts.declarations import Account, save_accounts_file
+from llm_accounts.ledger import Ledger
+from llm_accounts.money import NANO
+
+ALPHA = Account("alpha", "ALPHA_KEY", 10 * NANO)
+BETA = Account("beta", "BETA_KEY", 10 * NANO)
+GAMMA = Account("gamma", "GAMMA_KEY", 10 * NANO, rank=1)
+
+
+def ladder_json():
+    result = CliRunner().invoke(cli, ["accounts", "ladder", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def test_ranks_come_first_then_the_account_furthest_behind_pace(ledger_path):
+    save_accounts_file([ALPHA, BETA, GAMMA], None)
+    Ledger().adjust("spent", ALPHA, clock.credit_month(clock.now()), 3 * NANO, "test")
+    assert [(r["position"], r["account"]) for r in ladder_json()] == [(1, "beta"), (2, "alpha"), (3, "gamma")]
+
+
+def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path):
+    save_accounts_file([ALPHA, BETA], None)
+    Ledger().block(ALPHA, "manual")
+    rungs = ladder_json()
+    assert rungs[-1]["account"] == "alpha" and rungs[-1]["position"] is None
+    assert rungs[-1]["reason"].startswith("blocked")
+
+
+def test_an_account_out_of_budget_is_not_available(ledger_path):
+    save_accounts_file([ALPHA, BETA], None)
+    Ledger().adjust("spent", BETA, clock.credit_month(clock.now()), 10 * NANO, "test")
+    assert [(r["account"], r["reason"]) for r in ladder_json()] == [("alpha", "available"), ("beta", "budget reached")]
+
+
+def test_unrouted_says_so(ledger_path):
+    result = CliRunner().invoke(cli, ["accounts", "ladder"])
+    assert "No accounts declared" in result.output
