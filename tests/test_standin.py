@@ -562,15 +562,25 @@ def test_slow_delays_the_response_headers(server, keys):
 
 
 def test_slow_waits_between_stream_events(server, keys):
-    server.set_behaviour("a", "slow", delay=0.02)
-    with client.stream("POST", server.base_url + "/v1/messages", headers=headers(keys["a"]),
-                       json={**request(), "stream": True}) as response:
-        started = time.monotonic()  # after the headers: only the pauses between events remain
-        events = parse_sse(response.read().decode("utf-8"))
-        elapsed = time.monotonic() - started
-    # A lower bound only (the server must have paused before each later event); a slow machine
-    # can only make it longer.
-    assert elapsed >= 0.02 * (len(events) - 1) * 0.9
+    server.set_behaviour("a", "slow", delay=0.4)
+    body = json.dumps({**request(), "stream": True}).encode()
+    head = "".join(f"{name}: {value}\r\n" for name, value in headers(keys["a"]).items())
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+        sock.sendall(
+            f"POST /v1/messages HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {len(body)}\r\n{head}\r\n".encode()
+            + body
+        )
+        received = b""
+        while b"message_start" not in received:
+            received += sock.recv(65536)
+        # The next event is held back by the delay: a short read times out with nothing more.
+        sock.settimeout(0.1)
+        with pytest.raises(socket.timeout):
+            while True:
+                chunk = sock.recv(65536)
+                assert b"content_block_start" not in chunk
+                if not chunk:
+                    break
 
 
 def test_echo_key_splits_the_key_across_deltas(server, keys):
