@@ -30,9 +30,13 @@ def _unavailable_reason(status, now):
         return "not declared"
     if status.blocked_reason:
         return f"blocked ({status.blocked_reason})"
+    if status.health == "auth_failed":
+        return "blocked (auth_failed)"
     cooldown = parse_time(status.cooldown_until)
-    if status.health == "failing" and cooldown is not None and cooldown > now:
+    if status.health == "cooling" and cooldown is not None and cooldown > now:
         return f"cooling down after {status.failure_class} until {cooldown:%H:%M} UTC"
+    if status.health == "probing":
+        return "a probe attempt is in flight"
     if status.budget_nusd is not None and status.remaining_nusd is not None and status.remaining_nusd <= 0:
         return "budget reached"
     if status.daily_budget_nusd is not None and status.today_remaining_nusd is not None and status.today_remaining_nusd <= 0:

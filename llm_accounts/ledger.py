@@ -1408,7 +1408,7 @@ class Ledger:
 
     _FILTERS = ("id", "account", "state", "outcome", "month_utc", "day_utc", "scope_kind", "scope_id", "client", "provider")
 
-    def attempts(self, *, limit=None, **filters):
+    def attempts(self, *, limit=None, oldest_first=False, **filters):
         """Attempt rows, newest first, filtered by equality on any of ``_FILTERS``."""
         unknown = set(filters) - set(self._FILTERS)
         if unknown:
@@ -1416,14 +1416,16 @@ class Ledger:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise _invalid("limit", "must be a positive integer")
         where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
-        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY created_at DESC, rowid DESC"
+        direction = "ASC" if oldest_first else "DESC"
+        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY created_at {direction}, rowid {direction}"
         if limit is not None:
             sql += f" LIMIT {limit}"
         return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
 
     def open_attempts(self, **filters):
-        """Attempts still holding their ceiling: unknown outcomes awaiting ``reconcile``, or in flight."""
-        return self.attempts(state="open", **filters)
+        """Attempts still holding their ceiling, oldest first: unknown outcomes awaiting
+        ``reconcile``, or in flight."""
+        return self.attempts(state="open", oldest_first=True, **filters)
 
     def audit(self, *, provider="anthropic"):
         """Recompute every month's running totals from its attempt rows; list any that differ."""

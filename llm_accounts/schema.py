@@ -3,9 +3,11 @@
 Money columns are integer nanodollars. Times are ``isoformat()`` of aware UTC datetimes, so they
 sort in time order as text. No prompt, body, header, key, key length or key fingerprint is stored.
 
-``TABLES`` is applied with ``CREATE ... IF NOT EXISTS`` on every open, and ``COLUMNS`` lists
-columns added after a table was first shipped, so a ledger made by an older build gains them on
-open without losing rows.
+``TABLES`` is applied with ``CREATE ... IF NOT EXISTS`` whenever an open finds something missing,
+and ``COLUMNS`` lists columns added after a table was first shipped, so a ledger made by an older
+build gains them on open without losing rows (``BACKFILL`` fills the month totals from its rows).
+A version-1 file must already hold ``BASE_TABLES`` (ADR-0126 D4); ``llm_accounts.ledger`` does the
+opening, under the write lock, and refuses anything else.
 """
 
 import sqlite3

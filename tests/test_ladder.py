@@ -44,3 +44,12 @@ def test_an_account_out_of_budget_is_not_available(ledger_path):
 def test_unrouted_says_so(ledger_path):
     result = CliRunner().invoke(cli, ["accounts", "ladder"])
     assert "No accounts declared" in result.output
+
+
+def test_a_cooling_account_is_listed_with_its_cooldown(accounts, ledger_path):
+    accounts.set_behaviour("alpha", "rate_limited")
+    accounts.set_behaviour("beta", "rate_limited")
+    CliRunner().invoke(cli, ["-m", "claude-routed/claude-haiku-4-5", "-o", "account", "alpha", "Hello"])
+    [alpha] = [r for r in ladder_json() if r["account"] == "alpha"]
+    assert alpha["position"] is None
+    assert alpha["reason"].startswith("cooling down after rate_limited until")

@@ -515,12 +515,12 @@ def test_status_flags_a_declaration_that_differs_from_the_months_budget(ledger, 
     assert (line.config_conflict, line.budget_nusd) == (True, NANO)
 
 
-def test_open_attempts_lists_what_still_holds_a_ceiling(ledger, work):
-    ledger.reserve(conv("c1"), "a1", quote(5), [work], now=T0)
-    ledger.reserve(conv("c1"), "a2", quote(6), [work], now=T0)
-    ledger.settle("a1", Complete(1, USAGE, MODEL), now=T0)
-    assert [(a["id"], a["ceiling_nusd"]) for a in ledger.open_attempts()] == [("a2", 6)]
-    assert {a["id"] for a in ledger.attempts(account="work")} == {"a1", "a2"}
+def test_open_attempts_lists_what_still_holds_a_ceiling_oldest_first(ledger, work):
+    for n, ceiling in enumerate((5, 6, 7)):
+        ledger.reserve(conv("c1"), f"a{n}", quote(ceiling), [work], now=T0 + dt.timedelta(seconds=n))
+    ledger.settle("a0", Complete(1, USAGE, MODEL), now=T0)
+    assert [(a["id"], a["ceiling_nusd"]) for a in ledger.open_attempts()] == [("a1", 6), ("a2", 7)]
+    assert [a["id"] for a in ledger.attempts(account="work")] == ["a2", "a1", "a0"]
 
 
 def test_unknown_attempt_filters_are_refused(ledger):
