@@ -6,12 +6,16 @@ so the hooks below import their modules only when they run.
 
 import os
 
-import llm
+import pluggy
+
+# The same marker as ``llm.hookimpl``; using pluggy directly means importing the ledger from a
+# notebook or a worker process does not import all of llm.
+hookimpl = pluggy.HookimplMarker("llm")
 
 DEFAULT_MODEL_ENV = "LLM_ACCOUNTS_MODEL"
 
 
-@llm.hookimpl
+@hookimpl
 def register_models(register):
     from .models import DEFAULT_MODEL, model_pairs
     from .pricing import current_revision
@@ -22,7 +26,7 @@ def register_models(register):
         register(sync_model, async_model, aliases=aliases)
 
 
-@llm.hookimpl
+@hookimpl
 def register_commands(cli):
     from .cli import accounts
 

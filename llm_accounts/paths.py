@@ -3,13 +3,13 @@
 import os
 import pathlib
 
-import llm
-
 LEDGER_ENV = "LLM_ACCOUNTS_LEDGER"
 
 
 def user_dir():
     """``llm.user_dir()``, which honours ``LLM_USER_PATH``."""
+    import llm
+
     return pathlib.Path(llm.user_dir())
 
 

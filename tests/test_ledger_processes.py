@@ -67,13 +67,6 @@ if mode == "reader":
     say(json.dumps({"samples": samples, "peak": peak, "violations": violations, "mismatches": mismatches}))
     sys.exit(0)
 
-# The package's entry module is the llm plugin and imports llm (~0.4 s a process); the ledger
-# needs none of it, so load the package's modules without running it.
-import importlib.util, types
-package = types.ModuleType("llm_accounts")
-package.__path__ = list(importlib.util.find_spec("llm_accounts").submodule_search_locations)
-sys.modules["llm_accounts"] = package
-
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Scope, Unknown
 
