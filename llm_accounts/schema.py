@@ -79,8 +79,8 @@ CREATE TABLE IF NOT EXISTS attempt (
     CHECK ((state = 'open' AND cost_nusd IS NULL) OR (state = 'settled' AND cost_nusd >= 0)),
     FOREIGN KEY (provider, account, month_utc) REFERENCES month (provider, name, month_utc)
 );
-CREATE INDEX IF NOT EXISTS attempt_account_month ON attempt (provider, account, month_utc, state);
-CREATE INDEX IF NOT EXISTS attempt_account_day ON attempt (provider, account, day_utc);
+-- Admission reads the month row's running totals, not sums over attempts, so attempts carry no
+-- per-account index: each one is pages to journal and write on every reservation (bench/ledger.py).
 CREATE INDEX IF NOT EXISTS attempt_open ON attempt (state) WHERE state = 'open';
 
 CREATE TABLE IF NOT EXISTS adjustment (
