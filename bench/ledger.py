@@ -17,7 +17,6 @@ Raw and ledger runs alternate, ``--rounds`` times each, so drift in the machine 
 
 import argparse
 import multiprocessing
-import os
 import pathlib
 import shutil
 import sqlite3

@@ -23,16 +23,10 @@ The rules, from ADR-0029 sections 3-5 and design.md:
 import dataclasses
 import datetime as dt
 
-#: Classes that say something about the account (ADR-0029 section 3).
-HEALTH_CLASSES = (
-    "quota_exhausted",
-    "rate_limited",
-    "auth",
-    "provider_outage",
-    "model_unavailable",
-    "transport",
-)
-FAILURE_CLASSES = HEALTH_CLASSES + ("semantic",)
+from .classify import FAILURE_CLASSES
+
+#: Classes that say something about the account (ADR-0029 section 3): all but semantic.
+HEALTH_CLASSES = tuple(name for name in FAILURE_CLASSES if name != "semantic")
 
 DWELL = {
     "quota_exhausted": dt.timedelta(hours=1),

@@ -12,12 +12,12 @@ from typing import Optional, Union
 
 import httpx
 import llm
-from llm.parts import StreamEvent
 from pydantic import Field, field_validator, model_validator
 
 from . import payload, scrub, transport
 from .errors import AccountsError
-from .wire import MessageAssembler, SSEDecoder
+from .events import StreamReader, message_events
+from .ledger import run_async
 
 ROUTED_ID = "claude-routed"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -149,6 +149,8 @@ class _Shared:
         body = payload.freeze(payload.build_body(prompt, self.claude_model_id, stream=stream))
         declaration = load_declaration()
         if not declaration.routed:
+            from .routing import UnroutedCall
+
             return UnroutedCall(key), body
         import os
 
@@ -198,166 +200,15 @@ def set_usage(response, usage):
     )
 
 
-class UnroutedCall:
-    """No accounts declared: send with llm's single Anthropic key, touching no ledger."""
-
-    def __init__(self, key):
-        self.key = key
-
-    def begin(self):
-        from .keys import Secret
-        from .routing import Attempt
-
-        return Attempt(reservation=None, secret=Secret(self.key))
-
-    def refused(self, attempt, status, raw_body):
-        from . import classify
-
-        info = classify.parse_error_body(raw_body)
-        raise AccountsError(
-            classify.error_code_for(classify.outcome_for_status(status)),
-            f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared)",
-            http_status=status,
-        )
-
-    def transport_failed(self, attempt, error):
-        raise AccountsError(
-            "transport_error", f"the connection failed ({type(error).__name__}) (unrouted)"
-        )
-
-    def completed(self, attempt, message, request_id=None):
-        return None
-
-    def stream_failed(self, attempt, outcome, failure_class=None):
-        pass
-
-
-class Projector:
-    """Turn Messages stream events into llm StreamEvents, scrubbed of the attempt's key.
-
-    Every event that carries no text into a join is a pause for the scrubber (Amendment 1), so
-    held text is released inside the block it belongs to.
-    """
-
-    CHANNEL_TYPES = {"text": "text", "reasoning": "reasoning", "tool_args": "tool_call_args"}
-
-    def __init__(self, secret_text):
-        self.key = secret_text
-        self.scrubber = scrub.StreamScrubber(secret_text)
-        self.index = None
-        self.tool_call_id = None
-        self.schema_answer = False
-
-    def events(self, event):
-        kind = event.get("type")
-        if kind == "content_block_delta":
-            delta = event.get("delta") or {}
-            dtype = delta.get("type")
-            if dtype == "text_delta":
-                return self._release(self.scrubber.feed("text", delta.get("text", "")))
-            if dtype == "thinking_delta":
-                return self._release(self.scrubber.feed("reasoning", delta.get("thinking", "")))
-            if dtype == "input_json_delta":
-                # The --schema tool's input is the answer itself, shown as text.
-                channel = "text" if self.schema_answer else "tool_args"
-                return self._release(self.scrubber.feed(channel, delta.get("partial_json", "")))
-            out = self._release(self.scrubber.pause())
-            if dtype == "signature_delta":
-                signature = self.scrubber.other(delta.get("signature", ""))
-                out.append(self._event("reasoning", "", provider_metadata={"anthropic": {"signature": signature}}))
-            return out
-        out = self._release(self.scrubber.pause())
-        if kind == "content_block_start":
-            block = event.get("content_block") or {}
-            self.index = event.get("index", 0) + 1
-            self.tool_call_id = None
-            btype = block.get("type")
-            self.schema_answer = btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL
-            if self.schema_answer:
-                pass
-            elif btype == "tool_use":
-                self.tool_call_id = block.get("id")
-                out.append(self._event("tool_call_name", self.scrubber.other(block.get("name", ""))))
-            elif btype == "redacted_thinking":
-                data = self.scrubber.other(block.get("data", ""))
-                out.append(
-                    self._event("reasoning", "", provider_metadata={"anthropic": {"type": "redacted_thinking", "data": data}})
-                )
-            elif btype not in ("text", "thinking"):
-                raise AccountsError(
-                    "unsupported_pricing", "the response holds a content block this plugin does not price"
-                )
-        return out
-
-    def finish(self):
-        return self._release(self.scrubber.flush())
-
-    def _event(self, type_, chunk, **extra):
-        return StreamEvent(
-            type=type_, chunk=chunk, part_index=self.index, tool_call_id=self.tool_call_id, **extra
-        )
-
-    def _release(self, pieces):
-        return [self._event(self.CHANNEL_TYPES[channel], text) for channel, text in pieces if text]
-
-
-def message_events(message, secret_text):
-    """StreamEvents for a whole (non-streamed) message, from its scrubbed JSON."""
-    clean = scrub.scrub_json(message, secret_text) if secret_text else message
-    events = []
-    for index, block in enumerate(clean.get("content") or [], start=1):
-        btype = block.get("type")
-        if btype == "text" and block.get("text"):
-            events.append(StreamEvent(type="text", chunk=block["text"], part_index=index))
-        elif btype == "thinking":
-            metadata = {"anthropic": {"signature": block["signature"]}} if block.get("signature") else None
-            events.append(
-                StreamEvent(type="reasoning", chunk=block.get("thinking", ""), part_index=index, provider_metadata=metadata)
-            )
-        elif btype == "redacted_thinking":
-            events.append(
-                StreamEvent(
-                    type="reasoning",
-                    chunk="",
-                    part_index=index,
-                    provider_metadata={"anthropic": {"type": "redacted_thinking", "data": block.get("data", "")}},
-                )
-            )
-        elif btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL:
-            events.append(StreamEvent(type="text", chunk=json.dumps(block.get("input") or {}), part_index=index))
-        elif btype == "tool_use":
-            events.append(StreamEvent(type="tool_call_name", chunk=block.get("name", ""), part_index=index, tool_call_id=block.get("id")))
-            events.append(
-                StreamEvent(type="tool_call_args", chunk=json.dumps(block.get("input") or {}), part_index=index, tool_call_id=block.get("id"))
-            )
-    return events
-
-
-def _parse_event(data):
-    try:
-        event = json.loads(data)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) else None
-
-
-def _stream_failure(assembler):
-    """Outcome and failure class of a stream that ended without message_stop."""
-    if assembler.error_type is not None:
-        outage = assembler.error_type in ("overloaded_error", "api_error")
-        return "stream_error", ("provider_outage" if outage else None)
-    return "stream_truncated", "transport"
-
-
 def _raise_stream_failure(attempt, outcome):
     code = "provider_error" if outcome == "stream_error" else "transport_error"
+    if attempt.reservation is None:
+        raise AccountsError(code, f"the response ended early ({outcome})")
     raise AccountsError(
         code,
-        f"account '{attempt.account}': the stream ended early ({outcome}); the attempt stays open until reconciled (attempt {attempt.id})"
-        if attempt.reservation is not None
-        else f"the stream ended early ({outcome})",
-        account=attempt.account if attempt.reservation is not None else None,
-        attempt_id=attempt.id if attempt.reservation is not None else None,
+        f"account '{attempt.account}': the response ended early ({outcome}); the attempt stays open until reconciled (attempt {attempt.id})",
+        account=attempt.account,
+        attempt_id=attempt.id,
     )
 
 
@@ -387,7 +238,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                             message = json.loads(resp.read())
                         except (httpx.HTTPError, ValueError):
                             call.stream_failed(attempt, "transport_error", "transport")
-                            _raise_stream_failure(attempt, "stream_truncated")
+                            _raise_stream_failure(attempt, "transport_error")
                         yield from message_events(message, secret_text)
                         self._finish(response, call, attempt, message, secret_text, request_id)
                     return
@@ -395,39 +246,30 @@ class RoutedClaude(_Shared, llm.KeyModel):
                     resp.close()
 
     def _stream(self, resp, call, attempt, response, secret_text, request_id):
-        decoder, assembler, projector = SSEDecoder(), MessageAssembler(), Projector(secret_text)
+        reader = StreamReader(secret_text)
         try:
             for line in resp.iter_lines():
-                item = decoder.feed(line)
-                if item is None:
-                    continue
-                event = _parse_event(item[1])
-                if event is None:
-                    continue
-                assembler.apply(event)
-                yield from projector.events(event)
-                if assembler.complete or assembler.error_type is not None:
+                yield from reader.feed(line)
+                if reader.done:
                     break
         except httpx.HTTPError:
-            pass
+            pass  # a broken connection: settled below as stream_truncated
         except GeneratorExit:
             call.stream_failed(attempt, "stream_closed")
             raise
         except BaseException:
             call.stream_failed(attempt, "cancelled")
             raise
-        yield from projector.finish()
-        if not assembler.complete:
-            outcome, failure = _stream_failure(assembler)
+        yield from reader.finish()
+        if not reader.complete:
+            outcome, failure = reader.failure()
             call.stream_failed(attempt, outcome, failure)
             _raise_stream_failure(attempt, outcome)
-        self._finish(response, call, attempt, assembler.final_message(), secret_text, request_id)
+        self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
 
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
     async def execute(self, prompt, stream, response, conversation, key):
-        from .ledger import run_async
-
         call, body = await run_async(self._prepare, prompt, stream, conversation, key)
         url = transport.messages_url()
         async with transport.async_client() as http:
@@ -458,7 +300,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                             message = json.loads(await resp.aread())
                         except (httpx.HTTPError, ValueError):
                             await run_async(call.stream_failed, attempt, "transport_error", "transport")
-                            _raise_stream_failure(attempt, "stream_truncated")
+                            _raise_stream_failure(attempt, "transport_error")
                         for event in message_events(message, secret_text):
                             yield event
                         await run_async(self._finish, response, call, attempt, message, secret_text, request_id)
@@ -467,24 +309,15 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     await resp.aclose()
 
     async def _stream(self, resp, call, attempt, response, secret_text, request_id):
-        from .ledger import run_async
-
-        decoder, assembler, projector = SSEDecoder(), MessageAssembler(), Projector(secret_text)
+        reader = StreamReader(secret_text)
         try:
             async for line in resp.aiter_lines():
-                item = decoder.feed(line)
-                if item is None:
-                    continue
-                event = _parse_event(item[1])
-                if event is None:
-                    continue
-                assembler.apply(event)
-                for out in projector.events(event):
-                    yield out
-                if assembler.complete or assembler.error_type is not None:
+                for event in reader.feed(line):
+                    yield event
+                if reader.done:
                     break
         except httpx.HTTPError:
-            pass
+            pass  # a broken connection: settled below as stream_truncated
         except GeneratorExit:
             # aclose() by the consumer: settle synchronously, there is no loop turn to wait for.
             call.stream_failed(attempt, "stream_closed")
@@ -492,19 +325,17 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         except asyncio.CancelledError:
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
-        for out in projector.finish():
-            yield out
-        if not assembler.complete:
-            outcome, failure = _stream_failure(assembler)
+        for event in reader.finish():
+            yield event
+        if not reader.complete:
+            outcome, failure = reader.failure()
             await run_async(call.stream_failed, attempt, outcome, failure)
             _raise_stream_failure(attempt, outcome)
-        await _shielded(self._finish, response, call, attempt, assembler.final_message(), secret_text, request_id)
+        await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
 
 
 async def _shielded(fn, *args):
     """Run a settlement in a worker, shielded from the caller's cancellation (ADR-0126 D6)."""
-    from .ledger import run_async
-
     await asyncio.shield(run_async(fn, *args))
 
 

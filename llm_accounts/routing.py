@@ -178,6 +178,33 @@ class RoutedCall:
         }
 
 
+class UnroutedCall:
+    """No accounts declared: send with llm's single Anthropic key, touching no ledger."""
+
+    def __init__(self, key):
+        self.key = key
+
+    def begin(self):
+        return Attempt(reservation=None, secret=keys.Secret(self.key))
+
+    def refused(self, attempt, status, raw_body):
+        info = classify.parse_error_body(raw_body)
+        raise AccountsError(
+            classify.error_code_for(classify.outcome_for_status(status)),
+            f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared)",
+            http_status=status,
+        )
+
+    def transport_failed(self, attempt, error):
+        raise AccountsError("transport_error", f"the connection failed ({type(error).__name__}) (unrouted)")
+
+    def completed(self, attempt, message, request_id=None):
+        return None
+
+    def stream_failed(self, attempt, outcome, failure_class=None):
+        pass
+
+
 def classify_never_sent(error):
     from .transport import never_sent
 

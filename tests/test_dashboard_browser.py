@@ -1,7 +1,6 @@
 """The dashboard in a real browser: Datasette as a subprocess, headless Chromium loading
 ``/-/llm-accounts``. Proves the page renders its SVG chart and paints its bars."""
 
-import pathlib
 import shutil
 import socket
 import struct

@@ -6,19 +6,16 @@ so the parent knows what was admitted even for a process it kills.
 """
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
-import uuid
 
 import pytest
 
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, Scope
+from llm_accounts.ledger import Ledger, Scope
 from llm_accounts.pricing import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"

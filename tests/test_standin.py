@@ -12,7 +12,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
