@@ -310,6 +310,11 @@ def main():
         parser.error("--runs must be 1 or more")
     ensure_llm_anthropic(args.no_venv)
     started = time.perf_counter()
+    # An installed package has its bytecode; an editable checkout under PYTHONDONTWRITEBYTECODE
+    # (set on some machines) would otherwise be compiled again by every command measured.
+    import compileall
+
+    compileall.compile_dir(str(REPO / "llm_accounts"), quiet=1)
 
     from importlib.metadata import version
 

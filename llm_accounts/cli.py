@@ -529,7 +529,7 @@ def status(json_):
         llm accounts status --json
     """
     from .errors import AccountsError
-    from .money import usd
+    from .money import usd, usd_fine
     from .paths import ledger_path
 
     declared = _declared_accounts(strict=True)
@@ -556,7 +556,7 @@ def status(json_):
     for line in lines:
         today = "-"
         if line.daily_budget_nusd is not None:
-            today = f"{usd(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+            today = f"{usd_fine(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
         health = line.health
         if health in ("cooling", "probing") and line.failure_class:
             health = f"{health} ({line.failure_class})"
@@ -575,9 +575,9 @@ def status(json_):
             (
                 line.name,
                 usd(line.budget_nusd),
-                usd(line.spent_nusd),
-                usd(line.open_ceiling_nusd),
-                usd(line.remaining_nusd),
+                usd_fine(line.spent_nusd),
+                usd_fine(line.open_ceiling_nusd),
+                usd_fine(line.remaining_nusd),
                 today,
                 health,
                 line.last_success_at[:16].replace("T", " ") if line.last_success_at else "-",

@@ -50,6 +50,18 @@ def usd(nusd, places=2):
     return f"{sign}${whole:,}" + (f".{frac:0{places}d}" if places else "")
 
 
+def usd_fine(nusd):
+    """``$12.34`` when exact to the cent, else up to six decimals (``$0.000021``), for spend
+    figures where a few tokens' cost must not read as zero."""
+    if nusd is None:
+        return "-"
+    if nusd % (NANO // 100) == 0:
+        return usd(nusd)
+    text = usd(nusd, 6)
+    whole, _, frac = text.partition(".")
+    return f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+
+
 def usd_exact(nusd):
     """Format nanodollars as an exact decimal string ``"12.345000001"`` (machine output)."""
     if nusd is None:

@@ -5,6 +5,7 @@ clients are made with ``trust_env=False`` (no proxy or netrc from the environmen
 follow redirects, so the key goes only to the validated base URL (ADR-0126 D2).
 """
 
+import functools
 import ipaddress
 import os
 import time
@@ -67,12 +68,19 @@ def headers(secret, *, stream):
     }
 
 
+@functools.lru_cache(maxsize=1)
+def _ssl_context():
+    # Loading the CA bundle costs tens of milliseconds; one context serves every attempt of a
+    # process (a tool chain or a notebook makes many).
+    return httpx.create_ssl_context()
+
+
 def client():
-    return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+    return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
 
 
 def async_client():
-    return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False)
+    return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
 
 
 def read_error_body(response):
