@@ -7,6 +7,8 @@ loop with ``UnroutedCall``, which touches no ledger (design.md "Environment").
 
 import asyncio
 import json
+import os
+import re
 import uuid
 from typing import Optional, Union
 
@@ -99,8 +101,6 @@ class RoutedOptions(llm.Options):
     @field_validator("account", "client")
     @classmethod
     def validate_label(cls, value):
-        import re
-
         if value is not None and not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", value):
             raise ValueError("must match [a-z][a-z0-9_-]{0,31}")
         return value
@@ -152,8 +152,6 @@ class _Shared:
             from .routing import UnroutedCall
 
             return UnroutedCall(key), body
-        import os
-
         from .ledger import Ledger
         from .routing import RoutedCall, scope_for
 

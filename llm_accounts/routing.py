@@ -13,10 +13,9 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, keys, pricing
+from . import catalog, classify, keys, pricing, transport
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
-from .money import usd
 
 MAX_ACCOUNTS = 4  # ADR-0055's bound on moving on
 MOVE_ON_STATUSES = (429, 529)
@@ -138,7 +137,7 @@ class RoutedCall:
     def transport_failed(self, attempt, error):
         """The connection failed. Returns True to try the next account, else raises."""
         attempt.secret = None
-        if classify_never_sent(error):
+        if transport.never_sent(error):
             self._settle(attempt.id, NotSent(), "not_sent", 0)
             if self._may_move_on():
                 return True
@@ -205,12 +204,6 @@ class UnroutedCall:
         pass
 
 
-def classify_never_sent(error):
-    from .transport import never_sent
-
-    return never_sent(error)
-
-
 def scope_for(conversation, instance_id):
     """design.md "Scope": the llm conversation id, else a private id per model instance."""
     if conversation is not None and getattr(conversation, "id", None):
@@ -235,8 +228,6 @@ def _numeric_usage(usage):
 
 def _request_id(value):
     """A provider request id is kept only when it looks like one (bounded, ASCII, no spaces)."""
-    return value if isinstance(value, str) and len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value else None
-
-
-def describe_cost(nusd):
-    return usd(nusd, 4)
+    if isinstance(value, str) and len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value:
+        return value
+    return None
