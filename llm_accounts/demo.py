@@ -37,6 +37,10 @@ def _run(argv, env, stdin=None, show=True):
     return completed.stdout
 
 
+def _say(text):
+    click.secho("# " + text, fg="green")
+
+
 def run_demo(keep=False):
     from .standin import StandIn
 
@@ -72,11 +76,14 @@ def run_demo(keep=False):
             _run([llm_bin, "keys", "set", env_name], env, stdin=keys[env_name], show=False)
             _run([llm_bin, "accounts", "add", name, "--key-env", env_name, "--budget", budget], env)
         _run([llm_bin, "accounts", "list"], env)
+        _say("A new conversation: the ledger reserves a worst-case ceiling, then settles the real cost.")
         _run([llm_bin, "-m", DEMO_MODEL, "Suggest a name for a pelican-themed cafe"], env)
+        _say("Continuing it with -c: a conversation stays on the account it was bound to.")
         _run([llm_bin, "-c", "Now a tagline for it"], env)
-        _run([llm_bin, "-m", DEMO_MODEL, "--no-stream", "A new conversation: three facts about herons"], env)
+        _say("Another new conversation goes to the account furthest behind its budget pace.")
+        _run([llm_bin, "-m", DEMO_MODEL, "--no-stream", "Three facts about herons"], env)
+        _run([llm_bin, "accounts", "attempts"], env)
         _run([llm_bin, "accounts", "status"], env)
-        _run([llm_bin, "logs", "list", "-n", "3", "--usage", "--short"], env)
     if keep:
         click.echo(f"Kept {workdir}: set LLM_USER_PATH={user_dir} to explore it.")
     else:
