@@ -59,15 +59,18 @@ class RoutedCall:
     def begin(self):
         """Reserve the next attempt and resolve its key; raises when nothing may be sent."""
         attempt_id = str(uuid.uuid4())
-        reservation = self.ledger.reserve(
-            self.scope,
-            attempt_id,
-            self.quote,
-            self.accounts,
-            pinned=self.pinned,
-            client=self.client,
-            exclude=tuple(self.tried),
-        )
+        try:
+            reservation = self.ledger.reserve(
+                self.scope,
+                attempt_id,
+                self.quote,
+                self.accounts,
+                pinned=self.pinned,
+                client=self.client,
+                exclude=tuple(self.tried),
+            )
+        except AccountsError as error:
+            raise self._explained(error) from None
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
@@ -83,6 +86,23 @@ class RoutedCall:
                 error.code, f"account '{account.name}': {error.message}", account=account.name
             ) from None
         return Attempt(reservation, secret)
+
+    def _explained(self, error):
+        """A ceiling larger than every budget can never be admitted: say why and what helps."""
+        budgets = [a.budget_nusd for a in self.accounts] + [
+            a.daily_budget_nusd for a in self.accounts if a.daily_budget_nusd is not None
+        ]
+        if error.code != "budget_exhausted" or not budgets or self.quote.ceiling_nusd <= min(budgets):
+            return error
+        model = self.revision.model(self.quote.requested_model)
+        window = f"{model.context_window:,}-token" if model else "whole"
+        return AccountsError(
+            error.code,
+            f"{error.message}. The ceiling prices the model's {window} context window at its dearest input rate "
+            "plus max_tokens, which is more than a budget here: choose a model with a smaller window "
+            "(such as claude-routed/claude-haiku-4-5) or raise the budget",
+            account=error.account,
+        )
 
     def _account(self, name):
         for account in self.declaration.accounts:

@@ -415,3 +415,13 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
     # Every admitted attempt is in the ledger, settled, and matches a request the stand-in saw.
     assert len(rows) == len(accounts.requests) == len(succeeded)
     assert all(row["state"] == "settled" and row["outcome"] == "complete" for row in rows)
+
+
+def test_a_ceiling_larger_than_every_budget_says_what_helps(accounts, ledger_path):
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 5 * NANO)], None)
+    result = llm_cli("-m", "claude-routed/claude-sonnet-4-6", "Hello")
+    assert result.exit_code == 1
+    assert "budget_exhausted" in result.output
+    assert "1,000,000-token context window" in result.output
+    assert "claude-routed/claude-haiku-4-5" in result.output
+    assert accounts.requests == []
