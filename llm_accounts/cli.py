@@ -606,7 +606,7 @@ def attempts(open_, account, limit, json_):
         llm accounts attempts --account work --limit 5 --json
     """
     from .errors import AccountsError
-    from .money import usd
+    from .money import usd_fine
 
     filters = {"state": "open"} if open_ else {}
     if account:
@@ -632,8 +632,8 @@ def attempts(open_, account, limit, json_):
                 row["account"],
                 row["state"],
                 row["outcome"] or "-",
-                usd(row["ceiling_nusd"], 4),
-                usd(row["cost_nusd"], 4),
+                usd_fine(row["ceiling_nusd"]),
+                usd_fine(row["cost_nusd"]),
                 row["served_model"] or row["requested_model"],
             )
         )
@@ -840,7 +840,7 @@ def ladder(json_):
     from .declarations import load_declaration
     from .errors import AccountsError
     from .ledger import Ledger
-    from .money import usd, usd_exact
+    from .money import usd, usd_exact, usd_fine
 
     try:
         declaration = load_declaration()
@@ -875,7 +875,7 @@ def ladder(json_):
                 r.name,
                 "-" if r.rank is None else str(r.rank),
                 "-" if r.weight is None else str(r.weight),
-                usd(r.committed_nusd, 4),
+                usd_fine(r.committed_nusd),
                 usd(r.budget_nusd),
                 r.reason,
             )
