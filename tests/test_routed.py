@@ -425,3 +425,25 @@ def test_a_ceiling_larger_than_every_budget_says_what_helps(accounts, ledger_pat
     assert "1,000,000-token context window" in result.output
     assert "claude-routed/claude-haiku-4-5" in result.output
     assert accounts.requests == []
+
+
+def test_rebind_moves_a_conversation_and_llm_c_follows(accounts, ledger_path):
+    llm_cli("-m", MODEL, "Hello")
+    [first] = attempts(ledger_path)
+    other = "beta" if first["account"] == "alpha" else "alpha"
+    result = llm_cli("accounts", "rebind", first["scope_id"], other)
+    assert result.exit_code == 0, result.output
+    llm_cli("-c", "Again")
+    assert attempts(ledger_path)[-1]["account"] == other
+
+
+def test_an_auth_failure_blocks_the_account_until_unblocked(accounts, ledger_path):
+    accounts.set_behaviour("alpha", "unauthorized")
+    result = llm_cli("-m", MODEL, "Hello", "-o", "account", "alpha")
+    assert "auth_failed" in result.output and "'alpha'" in result.output
+    accounts.set_behaviour("alpha", "ok")
+    blocked = llm_cli("-m", MODEL, "Hello again", "-o", "account", "alpha")
+    assert blocked.exit_code == 1 and "account_blocked" in blocked.output
+    assert len(accounts.requests) == 1  # refused before sending
+    assert llm_cli("accounts", "unblock", "alpha").exit_code == 0
+    assert llm_cli("-m", MODEL, "Hello once more", "-o", "account", "alpha").exit_code == 0
