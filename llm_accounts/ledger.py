@@ -19,7 +19,6 @@ header, key, key length or fingerprint.
 import asyncio
 import dataclasses
 import datetime as dt
-import json
 import logging
 import os
 import pathlib
@@ -32,6 +31,37 @@ import uuid
 from . import clock, health, schema, selection
 from .errors import AccountsError
 from .money import INT64_MAX, usd
+from .records import (  # the records are part of the ledger's API
+    AccountStatus,
+    BLOCK_REASONS,
+    CALLER_OUTCOMES,
+    CLIENT_RE,
+    Complete,
+    NAME_RE,
+    NotSent,
+    Refused,
+    Reservation,
+    Scope,
+    Unknown,
+    account_ref,
+    check_pattern,
+    check_evidence,
+    check_id,
+    check_int,
+    check_month,
+    check_quote,
+    check_scope,
+    check_source,
+    clean_usage,
+    declared_accounts,
+    invalid,
+    tokens,
+)
+
+__all__ = [
+    "AccountStatus", "Complete", "Ledger", "NotSent", "Refused", "Reservation", "Scope", "Unknown",
+    "open_ledger", "run_async",
+]
 
 log = logging.getLogger("llm_accounts.ledger")
 
@@ -40,347 +70,8 @@ ADMISSION_TIMEOUT_S = 5.0  # worker-thread wait for async callers (Amendment 6)
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-# design.md "Attempt outcomes"
-OUTCOMES = frozenset(
-    {
-        "complete", "not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected",
-        "provider_error", "transport_error", "usage_incomplete", "stream_error", "stream_truncated",
-        "cancelled", "stream_closed",
-    }
-)
-# A documented 4xx or 529 refusal settles at zero with one of these.
-REFUSED_OUTCOMES = frozenset({"rate_limited", "overloaded", "auth_required", "request_rejected"})
-UNKNOWN_OUTCOMES = OUTCOMES - {"complete", "not_sent"}
-# The caller ended the request: says nothing about the account (Amendment 5 Decision 4).
-CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
-# design.md "Rejection classes" (Amendment 7)
-ERROR_TYPES = frozenset(
-    {
-        "invalid_request_error", "authentication_error", "billing_error", "permission_error",
-        "not_found_error", "conflict_error", "request_too_large", "rate_limit_error", "api_error",
-        "timeout_error", "overloaded_error", "other",
-    }
-)
-REJECTION_CLASSES = frozenset(
-    {
-        "credit_balance_too_low", "usage_limit_reached", "prompt_too_long", "max_tokens_too_large",
-        "tool_use_without_result", "tool_result_without_use", "thinking_budget_invalid",
-        "image_too_large", "other",
-    }
-)
-BLOCK_REASONS = frozenset({"auth_failed", "settlement_conflict", "ceiling_exceeded", "manual"})
-SCOPE_KINDS = frozenset({"conversation", "instance"})
-
 WARM_TTL = dt.timedelta(hours=1)  # Amendment 5 Decision 3: created_at + 3,600 s
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
-
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
-_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-_PROVIDER = _NAME
-_KEY_ENV = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_MODEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}")
-_REVISION = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
-_DIGEST = re.compile(r"[a-z0-9:]{16,128}")
-_CLIENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,63}")
-_REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
-_USAGE_KEY = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_MONTH = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
-_SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
-
-
-# ---------------------------------------------------------------------------------------------
-# The public value types
-
-
-@dataclasses.dataclass(frozen=True)
-class Scope:
-    """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
-    ``("instance", <uuid>)`` for a prompt with no conversation (design.md "Scope")."""
-
-    kind: str
-    id: str
-    provider: str = "anthropic"
-
-
-@dataclasses.dataclass(frozen=True)
-class Reservation:
-    """An admitted attempt: send it with ``account``'s key, then ``settle`` it by ``attempt_id``."""
-
-    attempt_id: str
-    scope: Scope
-    account: str
-    month_utc: str
-    day_utc: str
-    ceiling_nusd: int
-    new_binding: bool
-    probe: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Complete:
-    """Complete usage, priced by the caller at the served model's rates (ADR-0126 D5)."""
-
-    cost_nusd: int
-    usage: dict
-    served_model: str
-    request_id: str | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class NotSent:
-    """Proven never sent: settles at zero, outcome ``not_sent``. ``caller_cancelled`` is not stored;
-    it only keeps a caller's own cancellation from clearing warm prefixes (Amendment 5)."""
-
-    caller_cancelled: bool = False
-
-
-@dataclasses.dataclass(frozen=True)
-class Refused:
-    """A documented 4xx/529 error body: the provider refused before processing; settles at zero."""
-
-    outcome: str
-    http_status: int
-    provider_error_type: str
-    rejection_class: str
-    failure_class: str
-
-
-@dataclasses.dataclass(frozen=True)
-class Unknown:
-    """No proof either way (5xx, broken stream, cancellation): the attempt stays open, keeping its
-    ceiling until reconciled (ADR-0126 D6)."""
-
-    outcome: str
-    failure_class: str | None = None
-    http_status: int | None = None
-
-
-@dataclasses.dataclass(frozen=True)
-class AccountStatus:
-    """One account's line in ``llm accounts status`` for the current credit period."""
-
-    name: str
-    declared: bool
-    key_env: str | None
-    rank: int | None
-    weight: int | None
-    month_utc: str
-    period_start: str
-    resets_at: str
-    budget_nusd: int | None
-    settled_nusd: int
-    adjustments_nusd: int
-    open_ceiling_nusd: int
-    open_attempts: int
-    remaining_nusd: int | None
-    daily_budget_nusd: int | None
-    today_settled_nusd: int
-    today_open_nusd: int
-    today_remaining_nusd: int | None
-    day_resets_at: str
-    health: str
-    failure_class: str | None
-    http_status: int | None
-    cooldown_until: str | None
-    last_success_at: str | None
-    last_failure_at: str | None
-    blocked_reason: str | None
-    blocked_at: str | None
-    config_conflict: bool
-
-    @property
-    def spent_nusd(self):
-        return self.settled_nusd + self.adjustments_nusd
-
-    def as_dict(self):
-        data = dataclasses.asdict(self)
-        data["spent_nusd"] = self.spent_nusd
-        return data
-
-
-# ---------------------------------------------------------------------------------------------
-# Validation: errors name the field and the rule, never the value.
-
-
-def _invalid(field, rule):
-    return AccountsError("declaration_invalid", f"{field}: {rule}")
-
-
-def _check(value, pattern, field, rule):
-    if not isinstance(value, str) or not pattern.fullmatch(value) or "sk-ant" in value.lower():
-        raise _invalid(field, rule)
-    return value
-
-
-def _check_id(value, field):
-    return _check(value, _ID, field, "must be 1-128 letters, digits, '_', '.', ':' or '-'")
-
-
-def _check_int(value, field, *, minimum=0, code="declaration_invalid"):
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT64_MAX:
-        raise AccountsError(code, f"{field}: must be an integer number of nanodollars from {minimum} to 2**63-1")
-    return value
-
-
-def _check_source(value):
-    if not isinstance(value, str) or not _SOURCE.fullmatch(value) or "sk-ant" in value.lower():
-        raise _invalid("source_ref", "must be 1-200 printable ASCII characters naming where the figure comes from (an invoice, a console page)")
-    return value
-
-
-def _check_month(value):
-    if not isinstance(value, str) or not _MONTH.fullmatch(value):
-        raise _invalid("month", "must be a credit period key YYYY-MM, such as 2026-11")
-    return value
-
-
-def _check_scope(scope):
-    if getattr(scope, "kind", None) not in SCOPE_KINDS:
-        raise _invalid("scope.kind", "must be 'conversation' or 'instance'")
-    _check_id(scope.id, "scope.id")
-    _check(scope.provider, _PROVIDER, "scope.provider", "must be a provider name such as 'anthropic'")
-    return scope
-
-
-def _check_quote(quote):
-    """A quote's validity is checked again inside admission (ADR-0126 D4): no integer ceiling,
-    no send. An unknown cost is never zero (ADR-0029 section 8)."""
-    ceiling = getattr(quote, "ceiling_nusd", None)
-    if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= INT64_MAX:
-        raise AccountsError("unsupported_pricing", "the quote has no integer ceiling in nanodollars; nothing was sent")
-    for field, pattern in (
-        ("requested_model", _MODEL),
-        ("price_revision", _REVISION),
-        ("request_digest", _DIGEST),
-    ):
-        value = getattr(quote, field, None)
-        if not isinstance(value, str) or not pattern.fullmatch(value):
-            raise AccountsError("unsupported_pricing", f"quote.{field}: missing or malformed; nothing was sent")
-    cert = getattr(quote, "cert", None)
-    if cert is not None:
-        _check_id(cert, "quote.cert")
-    return quote
-
-
-def _check_account(account, field="account"):
-    name = _check(getattr(account, "name", None), _NAME, f"{field}.name", "must match [a-z][a-z0-9_-]{0,31}")
-    _check(getattr(account, "key_env", None), _KEY_ENV, f"{name}.key_env", "must be an environment variable name")
-    _check_int(getattr(account, "budget_nusd", None), f"{name}.budget_nusd", minimum=1)
-    daily = getattr(account, "daily_budget_nusd", None)
-    if daily is not None:
-        _check_int(daily, f"{name}.daily_budget_nusd", minimum=1)
-    rank, weight = getattr(account, "rank", 0), getattr(account, "weight", 1)
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0:
-        raise _invalid(f"{name}.rank", "must be an integer >= 0")
-    if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-        raise _invalid(f"{name}.weight", "must be an integer >= 1")
-    return account
-
-
-_VALID_ACCOUNTS = {}
-
-
-def _declared(accounts):
-    declared = {}
-    for account in accounts or ():
-        # Declarations are re-checked on every reserve; remember the ones already found valid.
-        # Only frozen dataclasses (such as declarations.Account) are remembered: they cannot change.
-        frozen = dataclasses.is_dataclass(account) and account.__dataclass_params__.frozen
-        if not (frozen and _VALID_ACCOUNTS.get(account) is account):
-            _check_account(account)
-            if frozen and len(_VALID_ACCOUNTS) < 1024:
-                _VALID_ACCOUNTS[account] = account
-        if account.name in declared:
-            raise _invalid(f"{account.name}.name", "declared twice")
-        declared[account.name] = account
-    return declared
-
-
-def _account_ref(account):
-    """``account`` is a name or an Account-like; an Account-like can create the ledger's row."""
-    if isinstance(account, str):
-        return _check(account, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}"), None
-    _check_account(account)
-    return account.name, account
-
-
-def _clean_usage(usage):
-    """Numeric usage only (ADR-0126 D4): non-negative integers, one level of nesting, short keys.
-    Text such as ``service_tier`` is dropped, so nothing the provider wrote is stored."""
-    if not isinstance(usage, dict):
-        raise _invalid("usage", "must be a dict of token counts")
-    clean = {}
-    for key, value in usage.items():
-        if not isinstance(key, str) or not _USAGE_KEY.fullmatch(key):
-            continue
-        if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= INT64_MAX:
-            clean[key] = value
-        elif isinstance(value, dict):
-            inner = {
-                k: v
-                for k, v in value.items()
-                if isinstance(k, str) and _USAGE_KEY.fullmatch(k)
-                and isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= INT64_MAX
-            }
-            if inner:
-                clean[key] = inner
-    return clean
-
-
-def _tokens(usage, key, inner=None):
-    value = usage.get(key)
-    if inner is not None:
-        value = value.get(inner) if isinstance(value, dict) else None
-    return value if isinstance(value, int) else 0
-
-
-def _check_evidence(evidence):
-    if isinstance(evidence, Complete):
-        _check_int(evidence.cost_nusd, "cost_nusd")
-        _check(evidence.served_model, _MODEL, "served_model", "must be a model id")
-        return {
-            "outcome": "complete",
-            "cost_nusd": evidence.cost_nusd,
-            "served_model": evidence.served_model,
-            "usage_json": json.dumps(_clean_usage(evidence.usage), sort_keys=True, separators=(",", ":")),
-            "request_id": evidence.request_id
-            if isinstance(evidence.request_id, str) and _REQUEST_ID.fullmatch(evidence.request_id)
-            and "sk-ant" not in evidence.request_id.lower()
-            else None,
-        }
-    if isinstance(evidence, NotSent):
-        return {"outcome": "not_sent", "cost_nusd": 0}
-    if isinstance(evidence, Refused):
-        if evidence.outcome not in REFUSED_OUTCOMES:
-            raise _invalid("outcome", "a refusal is rate_limited, overloaded, auth_required or request_rejected")
-        if isinstance(evidence.http_status, bool) or not isinstance(evidence.http_status, int) or not (
-            400 <= evidence.http_status <= 499 or evidence.http_status == 529
-        ):
-            raise _invalid("http_status", "a documented refusal is a 4xx or 529")
-        if evidence.provider_error_type not in ERROR_TYPES:
-            raise _invalid("provider_error_type", "must be a documented error.type or 'other'")
-        if evidence.rejection_class not in REJECTION_CLASSES:
-            raise _invalid("rejection_class", "must be a rejection class or 'other'")
-        if evidence.failure_class not in health.FAILURE_CLASSES:
-            raise _invalid("failure_class", "must be a failure class")
-        return {
-            "outcome": evidence.outcome,
-            "cost_nusd": 0,
-            "http_status": evidence.http_status,
-            "provider_error_type": evidence.provider_error_type,
-            "rejection_class": evidence.rejection_class,
-            "failure_class": evidence.failure_class,
-        }
-    if isinstance(evidence, Unknown):
-        if evidence.outcome not in UNKNOWN_OUTCOMES:
-            raise _invalid("outcome", "an unknown outcome is one of design.md's outcomes other than complete and not_sent")
-        if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
-            raise _invalid("failure_class", "must be a failure class")
-        status = evidence.http_status
-        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
-            raise _invalid("http_status", "must be an HTTP status code")
-        return None
-    raise _invalid("evidence", "must be Complete, NotSent, Refused or Unknown")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -705,16 +396,16 @@ class Ledger:
         bound to the next candidate.
         """
         now = now or clock.now()
-        _check_scope(scope)
-        _check_id(attempt_id, "attempt_id")
-        _check_quote(quote)
-        declared = _declared(accounts)
+        check_scope(scope)
+        check_id(attempt_id, "attempt_id")
+        check_quote(quote)
+        declared = declared_accounts(accounts)
         if pinned is not None:
-            _check(pinned, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}")
+            check_pattern(pinned, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
         if client is not None:
-            _check(client, _CLIENT, "client", "must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
+            check_pattern(client, CLIENT_RE, "client", "must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
         if llm_response_id is not None:
-            _check_id(llm_response_id, "llm_response_id")
+            check_id(llm_response_id, "llm_response_id")
         exclude = frozenset(exclude or ())
         return self._run(
             "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now
@@ -972,10 +663,10 @@ class Ledger:
         the warm-prefix index (Amendment 5 Decisions 3 and 8); only a complete settlement uses them.
         """
         now = now or clock.now()
-        _check_id(attempt_id, "attempt_id")
-        fields = _check_evidence(evidence)
+        check_id(attempt_id, "attempt_id")
+        fields = check_evidence(evidence)
         if cert is not None:
-            _check_id(cert, "cert")
+            check_id(cert, "cert")
         return self._run(
             "settle", self._settle, attempt_id, evidence, fields, cert, bool(hour_after_key), bool(server_tools), now
         )
@@ -1061,7 +752,7 @@ class Ledger:
             log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
             self._block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
         elif cert is not None and row["block_reason"] is None:
-            _write_warm(conn, row, _clean_usage(evidence.usage), cert, hour_after_key, server_tools)
+            _write_warm(conn, row, clean_usage(evidence.usage), cert, hour_after_key, server_tools)
 
     def _record_unknown(self, conn, row, evidence, h, ts, now):
         """The attempt stays open; its first recorded reason stands (Amendment 5 Decision 8)."""
@@ -1105,10 +796,10 @@ class Ledger:
     def block(self, account, reason="manual", *, source_ref="llm accounts block", provider="anthropic", now=None):
         """Block an account (``manual`` from ``llm accounts block``); it stays blocked until unblocked."""
         now = now or clock.now()
-        name, declared = _account_ref(account)
+        name, declared = account_ref(account)
         if reason not in BLOCK_REASONS:
-            raise _invalid("reason", "must be auth_failed, settlement_conflict, ceiling_exceeded or manual")
-        _check_source(source_ref)
+            raise invalid("reason", "must be auth_failed, settlement_conflict, ceiling_exceeded or manual")
+        check_source(source_ref)
 
         def run(conn):
             current = self._account_row(conn, provider, name, declared, now)
@@ -1120,9 +811,9 @@ class Ledger:
     def clear_block(self, adjustment_id, account, source_ref, *, provider="anthropic", now=None):
         """Unblock (ADR-0126 D4 ``clear_block``): a zero-delta ``unblock`` row with no month."""
         now = now or clock.now()
-        _check_id(adjustment_id, "adjustment_id")
-        name, declared = _account_ref(account)
-        _check_source(source_ref)
+        check_id(adjustment_id, "adjustment_id")
+        name, declared = account_ref(account)
+        check_source(source_ref)
 
         def run(conn):
             if self._repeat(conn, adjustment_id, "unblock", None, provider, name, None, 0, source_ref):
@@ -1149,10 +840,10 @@ class Ledger:
         """Close an open attempt at a sourced cost (ADR-0126 D4): the cost enters spend once, through
         the attempt, and a zero-delta ``reconciliation`` row records who said so."""
         now = now or clock.now()
-        _check_id(adjustment_id, "adjustment_id")
-        _check_id(attempt_id, "attempt_id")
-        _check_int(cost_nusd, "cost")
-        _check_source(source_ref)
+        check_id(adjustment_id, "adjustment_id")
+        check_id(attempt_id, "attempt_id")
+        check_int(cost_nusd, "cost")
+        check_source(source_ref)
 
         def run(conn):
             row = conn.execute(
@@ -1166,7 +857,7 @@ class Ledger:
                 (attempt_id,),
             ).fetchone()
             if row is None:
-                raise _invalid("attempt_id", "no attempt with this id is in the ledger (see llm accounts attempts --open)")
+                raise invalid("attempt_id", "no attempt with this id is in the ledger (see llm accounts attempts --open)")
             if self._repeat(conn, adjustment_id, "reconciliation", attempt_id, row["provider"], row["account"],
                             row["month_utc"], 0, source_ref, str(cost_nusd)):
                 return "already_recorded"
@@ -1179,7 +870,7 @@ class Ledger:
                     attempt_id=attempt_id,
                 )
             if row["m_settled"] + row["m_open"] + row["m_adjusted"] - row["ceiling_nusd"] + cost_nusd > INT64_MAX:
-                raise _invalid("cost", "would take the month's total past signed 64-bit nanodollars")
+                raise invalid("cost", "would take the month's total past signed 64-bit nanodollars")
             ts = clock.isoformat(now)
             conn.execute(
                 "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ? WHERE id = ?", (cost_nusd, ts, attempt_id)
@@ -1202,14 +893,14 @@ class Ledger:
     def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
         """A signed, sourced correction to a month's spend (ADR-0126 D4); never rewrites an attempt."""
         now = now or clock.now()
-        _check_id(adjustment_id, "adjustment_id")
-        name, declared = _account_ref(account)
-        _check_month(month_utc)
+        check_id(adjustment_id, "adjustment_id")
+        name, declared = account_ref(account)
+        check_month(month_utc)
         if isinstance(delta_nusd, bool) or not isinstance(delta_nusd, int) or delta_nusd == 0 or abs(delta_nusd) > INT64_MAX:
-            raise _invalid("delta", "must be a non-zero integer number of nanodollars within signed 64 bits")
-        _check_source(source_ref)
+            raise invalid("delta", "must be a non-zero integer number of nanodollars within signed 64 bits")
+        check_source(source_ref)
         if attempt_id is not None:
-            _check_id(attempt_id, "attempt_id")
+            check_id(attempt_id, "attempt_id")
 
         def run(conn):
             if self._repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
@@ -1218,7 +909,7 @@ class Ledger:
             if attempt_id is not None:
                 owner = conn.execute("SELECT account FROM attempt WHERE id = ?", (attempt_id,)).fetchone()
                 if owner is None or owner[0] != name:
-                    raise _invalid("attempt_id", "must name an attempt of this account")
+                    raise invalid("attempt_id", "must name an attempt of this account")
             totals = conn.execute(
                 """SELECT COALESCE((SELECT settled_nusd + open_nusd FROM month WHERE provider = ?1 AND name = ?2 AND month_utc = ?3), 0),
                           COALESCE((SELECT settled_nusd FROM month WHERE provider = ?1 AND name = ?2 AND month_utc = ?3), 0),
@@ -1227,9 +918,9 @@ class Ledger:
             ).fetchone()
             committed, settled, adjusted = totals
             if settled + adjusted + delta_nusd < 0:
-                raise _invalid("delta", f"would make the spend of {month_utc} negative (it is {_money(settled + adjusted)})")
+                raise invalid("delta", f"would make the spend of {month_utc} negative (it is {_money(settled + adjusted)})")
             if committed + adjusted + delta_nusd > INT64_MAX:
-                raise _invalid("delta", "would take the month's total past signed 64-bit nanodollars")
+                raise invalid("delta", "would take the month's total past signed 64-bit nanodollars")
             conn.execute(
                 """INSERT INTO adjustment (id, kind, attempt_id, provider, account, month_utc, delta_nusd, source_ref, created_at)
                    VALUES (?, 'correction', ?, ?, ?, ?, ?, ?, ?)""",
@@ -1242,9 +933,9 @@ class Ledger:
     def rebind(self, scope, account, source_ref="llm accounts rebind", *, now=None):
         """Move a conversation to another account, explicitly and on the record (ADR-0126 D3)."""
         now = now or clock.now()
-        _check_scope(scope)
-        name, declared = _account_ref(account)
-        _check_source(source_ref)
+        check_scope(scope)
+        name, declared = account_ref(account)
+        check_source(source_ref)
 
         def run(conn):
             self._account_row(conn, scope.provider, name, declared, now)
@@ -1291,7 +982,7 @@ class Ledger:
             kind, attempt_id, provider, account, month, delta, source_ref
         ) and (detail is None or row["detail"] == detail)
         if not same:
-            raise _invalid("adjustment_id", "already records different inputs; use a new id")
+            raise invalid("adjustment_id", "already records different inputs; use a new id")
         return True
 
     def _health(self, conn, provider, name):
@@ -1309,7 +1000,7 @@ class Ledger:
     def status(self, accounts=None, *, provider="anthropic", now=None):
         """Per account, this credit period: budget, spend, open ceilings, remaining, today, health, block."""
         now = now or clock.now()
-        declared = _declared(accounts)
+        declared = declared_accounts(accounts)
 
         def run(conn):
             month, day = clock.credit_month(now), clock.utc_day(now)
@@ -1376,9 +1067,9 @@ class Ledger:
     def spend(self, account=None, month_utc=None, *, provider="anthropic"):
         """Spend per account and credit period, summed from the attempt and adjustment rows."""
         if account is not None:
-            _check(account, _NAME, "account", "must match [a-z][a-z0-9_-]{0,31}")
+            check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
         if month_utc is not None:
-            _check_month(month_utc)
+            check_month(month_utc)
 
         def run(conn):
             rows = conn.execute(
@@ -1412,9 +1103,9 @@ class Ledger:
         """Attempt rows, newest first, filtered by equality on any of ``_FILTERS``."""
         unknown = set(filters) - set(self._FILTERS)
         if unknown:
-            raise _invalid("filter", f"must be among {', '.join(self._FILTERS)}")
+            raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-            raise _invalid("limit", "must be a positive integer")
+            raise invalid("limit", "must be a positive integer")
         where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
         direction = "ASC" if oldest_first else "DESC"
         sql = f"SELECT * FROM attempt WHERE {where} ORDER BY created_at {direction}, rowid {direction}"
@@ -1543,8 +1234,8 @@ def _write_warm(conn, row, usage, cert, hour_after_key, server_tools):
         return
     provider, name = row["provider"], row["account"]
     expires = created + WARM_TTL
-    written = _tokens(usage, "cache_creation", "ephemeral_1h_input_tokens")
-    read = _tokens(usage, "cache_read_input_tokens")
+    written = tokens(usage, "cache_creation", "ephemeral_1h_input_tokens")
+    read = tokens(usage, "cache_read_input_tokens")
     stored = conn.execute(
         "SELECT stable_tokens, expires_at FROM warm_prefix WHERE provider = ? AND account = ? AND cert = ?",
         (provider, name, cert),
