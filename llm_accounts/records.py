@@ -14,13 +14,7 @@ from .errors import AccountsError
 from .money import INT64_MAX
 
 # design.md "Attempt outcomes"
-OUTCOMES = frozenset(
-    {
-        "complete", "not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected",
-        "provider_error", "transport_error", "usage_incomplete", "stream_error", "stream_truncated",
-        "cancelled", "stream_closed",
-    }
-)
+OUTCOMES = frozenset(classify.OUTCOMES)
 # A documented 4xx or 529 refusal settles at zero with one of these.
 REFUSED_OUTCOMES = frozenset({"rate_limited", "overloaded", "auth_required", "request_rejected"})
 UNKNOWN_OUTCOMES = OUTCOMES - {"complete", "not_sent"}
