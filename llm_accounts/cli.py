@@ -223,30 +223,49 @@ def _warn_if_overridden():
 @click.option("--rank", metavar="N", help="Preference tier, 0 or more; lower is tried first (default 0)")
 @click.option("--weight", metavar="N", help="Share among accounts of the same rank, 1 or more (default 1)")
 @click.option("models", "--model", multiple=True, metavar="ID", help="A model this account may serve (repeatable; default all priced models)")
+@click.option(
+    "client_caps",
+    "--client-cap",
+    multiple=True,
+    metavar="LABEL=USD",
+    help="Monthly dollar cap on this account for one client label (repeatable)",
+)
+@click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
 @click.option("--replace", is_flag=True, help="Change an existing account of this name")
-def add(name, key_env, budget, daily_budget, rank, weight, models, replace):
+def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, replace):
     """Declare an account in accounts.json in the llm user directory.
 
     The key itself is never written: KEY_ENV names where to find it at call time
     (environment, .env, 'llm keys set KEY_ENV', or the lookup command).
 
+    A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
+    what that client may spend on this account each credit period.
+
     \b
     Example:
         llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00
         llm keys set WORK_ANTHROPIC_KEY
+        llm accounts add shared --key-env SHARED_KEY --budget 20.00 \\
+          --client-cap ci-bot=5.00 --client-cap alice=10.00 --clients-only
     """
     from .declarations import account_from_options, add_account, usd_text
     from .errors import AccountsError
 
     try:
-        account = account_from_options(name, key_env, budget, daily_budget, rank, weight, models)
+        account = account_from_options(
+            name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only
+        )
         path, replaced = add_account(account, replace=replace)
     except AccountsError as error:
         fail(error)
     daily = f", ${usd_text(account.daily_budget_nusd)} a day" if account.daily_budget_nusd else ""
+    caps = ""
+    if account.clients:
+        caps = f", {len(account.clients)} client cap{'s' if len(account.clients) != 1 else ''}"
+        caps += " (listed clients only)" if account.clients_only else ""
     click.echo(
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
-        f"budget ${usd_text(account.budget_nusd)} a month{daily} ({path})"
+        f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
     _warn_if_overridden()
 
@@ -292,7 +311,7 @@ def _source_text(declaration):
 def list_(json_):
     """List the declared accounts and where the declaration came from.
 
-    Shows names, key_env names, budgets, ranks, weights and models; never a key.
+    Shows names, key_env names, budgets, ranks, weights, models and client caps; never a key.
 
     \b
     Example:
@@ -324,6 +343,10 @@ def list_(json_):
                         "rank": a.rank,
                         "weight": a.weight,
                         "models": list(a.models) if a.models is not None else None,
+                        "clients": {
+                            label: {"budget_usd": usd_text(cap), "budget_nusd": cap} for label, cap in a.clients
+                        },
+                        "clients_only": a.clients_only,
                     }
                     for a in declaration.accounts
                 ],
@@ -336,8 +359,13 @@ def list_(json_):
         if source:
             click.echo(f"([] is declared by {source})")
         return
-    rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models")]
+    # The client caps column (ADR-0055) appears once any account declares caps.
+    capped = any(a.clients for a in declaration.accounts)
+    rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models") + (("client caps",) if capped else ())]
     for a in declaration.accounts:
+        caps = ", ".join(f"{label} ${usd_text(cap)}" for label, cap in a.clients) or "-"
+        if a.clients_only:
+            caps += " (only these)"
         rows.append(
             (
                 a.name,
@@ -348,6 +376,7 @@ def list_(json_):
                 str(a.weight),
                 ", ".join(a.models) if a.models is not None else "all priced",
             )
+            + ((caps,) if capped else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
@@ -571,6 +600,14 @@ def status(json_):
             notes.append("not declared")
         if line.open_attempts:
             notes.append(f"{line.open_attempts} open")
+        if line.client_caps:
+            full = sum(1 for cap in line.client_caps if cap.remaining_nusd <= 0)
+            notes.append(
+                f"{len(line.client_caps)} client cap{'s' if len(line.client_caps) != 1 else ''}"
+                + (f" ({full} reached)" if full else "")
+            )
+        if line.clients_only:
+            notes.append("listed clients only")
         rows.append(
             (
                 line.name,

@@ -32,7 +32,21 @@ NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # environment variable, the dotenv key, the `llm keys` name and the lookup's {name}.
 KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
-FIELDS = ("name", "key_env", "budget_usd", "daily_budget_usd", "rank", "weight", "models")
+# The ledger's rule for the attempt's client label (llm_accounts.records.CLIENT_RE), so every label
+# a cap names can be the one a caller sets with -o client or LLM_ACCOUNTS_CLIENT.
+CLIENT_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,63}")
+CLIENT_FIELDS = ("budget_usd",)
+FIELDS = (
+    "name",
+    "key_env",
+    "budget_usd",
+    "daily_budget_usd",
+    "rank",
+    "weight",
+    "models",
+    "clients",
+    "clients_only",
+)
 REQUIRED = ("name", "key_env", "budget_usd")
 # Ranks and weights are small orderings, not money; the bound keeps them far inside SQLite's int64.
 MAX_RANK = 1_000_000
@@ -52,6 +66,10 @@ class Account:
     rank: int = 0  # lower is preferred (ADR-0055 tiers)
     weight: int = 1
     models: tuple[str, ...] | None = None  # None: every priced model
+    # ADR-0055 per-client caps: ((client label, monthly cap in nanodollars), ...) sorted by label,
+    # a tuple so the account stays hashable. With clients_only, only these clients may use it.
+    clients: tuple[tuple[str, int], ...] = ()
+    clients_only: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,6 +209,53 @@ def _models(value, field):
     return tuple(value)
 
 
+def _client_label(label, field):
+    """A client label; the error never repeats it (a key could be pasted as a label)."""
+    if not isinstance(label, str):
+        raise invalid(f"{field}: the client label must be a string")
+    if looks_like_key(label):
+        raise invalid(
+            f"{field}: the client label looks like an API key (it contains sk-ant); name the client, such as \"ci-bot\""
+        )
+    if not CLIENT_RULE.fullmatch(label):
+        raise invalid(
+            f"{field}: the client label must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-', starting with a letter or digit, such as \"ci-bot\""
+        )
+    return label
+
+
+def _clients(value, field):
+    """ADR-0055 per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}``.
+
+    Entries are named by position in errors (``clients.<entry 1>``), never by their label.
+    """
+    example = '{"ci-bot": {"budget_usd": "5.00"}}'
+    if not isinstance(value, dict):
+        raise invalid(f"{field}: must be an object mapping client labels to caps, such as {example}")
+    if not value:
+        raise invalid(f"{field}: must name at least one client; leave it out for no client caps")
+    caps = []
+    for number, (label, cap) in enumerate(value.items(), start=1):
+        entry = f"{field}.<entry {number}>"
+        _client_label(label, entry)
+        if not isinstance(cap, dict):
+            raise invalid(f'{entry}: must be an object such as {{"budget_usd": "5.00"}}')
+        if any(key not in CLIENT_FIELDS for key in cap):
+            raise invalid(f"{entry}: unknown field; allowed fields are {', '.join(CLIENT_FIELDS)}")
+        if "budget_usd" not in cap:
+            raise invalid(f"{entry}.budget_usd: is required")
+        caps.append((label, parse_usd(cap["budget_usd"], f"{entry}.budget_usd")))
+    return tuple(sorted(caps))
+
+
+def _clients_only(value, field, clients):
+    if not isinstance(value, bool):
+        raise invalid(f"{field}: must be true or false")
+    if value and not clients:
+        raise invalid(f"{field}: is true but no clients are listed; list them in clients, or leave clients_only out")
+    return value
+
+
 def parse_account(item, field):
     """Validate one declaration object; ``field(name)`` gives the path of one of its fields."""
     unknown = [key for key in item if key not in FIELDS]
@@ -204,6 +269,7 @@ def parse_account(item, field):
         if required not in item:
             raise invalid(f"{field(required)}: is required")
     daily = item.get("daily_budget_usd")
+    clients = _clients(item["clients"], field("clients")) if "clients" in item else ()
     return Account(
         name=_name(item["name"], field("name")),
         key_env=_key_env(item["key_env"], field("key_env")),
@@ -214,6 +280,8 @@ def parse_account(item, field):
         rank=_integer(item.get("rank", 0), field("rank"), 0, MAX_RANK, 1),
         weight=_integer(item.get("weight", 1), field("weight"), 1, MAX_WEIGHT, 2),
         models=_models(item["models"], field("models")) if "models" in item else None,
+        clients=clients,
+        clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients),
     )
 
 
@@ -262,9 +330,21 @@ def parse_accounts(value, source):
 
 
 def account_from_options(
-    name, key_env, budget, daily_budget=None, rank=None, weight=None, models=()
+    name,
+    key_env,
+    budget,
+    daily_budget=None,
+    rank=None,
+    weight=None,
+    models=(),
+    client_caps=(),
+    clients_only=False,
 ):
-    """Build an account from ``llm accounts add``'s text options; errors name the option."""
+    """Build an account from ``llm accounts add``'s text options; errors name the option.
+
+    ``client_caps`` are ``LABEL=USD`` texts (``--client-cap``, repeatable); ``--client-cap
+    <entry N>`` names a bad one by position, never by its text.
+    """
 
     def whole(text, option, minimum, maximum, example):
         if text is None:
@@ -275,7 +355,7 @@ def account_from_options(
             )
         return _integer(int(text), option, minimum, maximum, example)
 
-    for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
+    def slips(text, option):
         # The two slips people make typing dollars; named without repeating the value.
         if isinstance(text, str) and "," in text:
             raise invalid(
@@ -283,6 +363,25 @@ def account_from_options(
             )
         if isinstance(text, str) and text.startswith("$"):
             raise invalid(f"{option}: give the amount without '$', such as 12.50")
+
+    def caps():
+        found = {}
+        for number, text in enumerate(client_caps, start=1):
+            option = f"--client-cap <entry {number}>"
+            label, equals, amount = text.partition("=") if isinstance(text, str) else ("", "", "")
+            if not equals:
+                raise invalid(f"{option}: must be LABEL=USD, such as ci-bot=5.00")
+            _client_label(label, option)
+            if label in found:
+                raise invalid(f"{option}: repeats an earlier client; give each client one cap")
+            slips(amount, option)
+            found[label] = parse_usd(amount, option)
+        if clients_only and not found:
+            raise invalid("--clients-only: needs at least one --client-cap naming a client it serves")
+        return tuple(sorted(found.items()))
+
+    for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
+        slips(text, option)
     return Account(
         name=_name(name, "NAME"),
         key_env=_key_env(key_env, "--key-env"),
@@ -293,6 +392,8 @@ def account_from_options(
         rank=whole(rank, "--rank", 0, MAX_RANK, 1),
         weight=whole(weight, "--weight", 1, MAX_WEIGHT, 2),
         models=_models(list(models), "--model") if models else None,
+        clients=caps(),
+        clients_only=bool(clients_only),
     )
 
 
@@ -526,6 +627,10 @@ def account_to_json(account):
         data["weight"] = account.weight
     if account.models is not None:
         data["models"] = list(account.models)
+    if account.clients:
+        data["clients"] = {label: {"budget_usd": usd_text(cap)} for label, cap in account.clients}
+    if account.clients_only:
+        data["clients_only"] = True
     return data
 
 

@@ -11,6 +11,8 @@ Money is integer nanodollars. Each ``month`` row keeps running totals of its att
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
 changes an attempt, so admission reads one row per account instead of summing the month;
 ``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
+A client's cap on an account (ADR-0055) is checked by summing that client's attempts in the same
+transaction, on the partial ``attempt_client`` index.
 
 Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
 header, key, key length or fingerprint.
@@ -36,6 +38,7 @@ from .records import (  # the records are part of the ledger's API
     BLOCK_REASONS,
     CALLER_OUTCOMES,
     CLIENT_RE,
+    ClientCapStatus,
     Complete,
     NAME_RE,
     NotSent,
@@ -53,6 +56,9 @@ from .records import (  # the records are part of the ledger's API
     check_scope,
     check_source,
     clean_usage,
+    client_cap,
+    client_caps,
+    clients_only,
     declared_accounts,
     invalid,
     tokens,
@@ -435,14 +441,14 @@ class Ledger:
         if moving:
             bound = None
         if bound is not None:
-            verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now)
+            verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client)
         elif pinned is not None:
             if pinned not in declared:
                 raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
-            verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now)
+            verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now, client)
         else:
             pool = {name: account for name, account in declared.items() if name not in exclude}
-            verdict = self._select(conn, provider, pool, facts, quote, day, now)
+            verdict = self._select(conn, provider, pool, facts, quote, day, now, client)
         if verdict.code:
             raise AccountsError(verdict.code, verdict.message, account=verdict.account.name)
         self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
@@ -462,7 +468,7 @@ class Ledger:
             probe=verdict.probe,
         )
 
-    def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now):
+    def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client):
         """ADR-0126 D3: a bound scope never moves by itself; ``llm accounts rebind`` moves it."""
         conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
@@ -477,24 +483,38 @@ class Ledger:
                 f"account '{name}', bound to this conversation, is no longer declared; declare it again or run: llm accounts rebind {conversation} NAME",
                 account=name,
             )
-        verdict = self._verdict(conn, scope.provider, declared[name], facts, quote, day, now)
+        verdict = self._verdict(conn, scope.provider, declared[name], facts, quote, day, now, client)
         if verdict.code and verdict.code != "account_config_conflict":
             verdict.message += "; a conversation never moves by itself (llm accounts rebind moves it)"
         return verdict
 
-    def _verdict(self, conn, provider, account, facts, quote, day, now):
-        """Check one account for this attempt: model, block, month config, health, month and day room."""
+    def _verdict(self, conn, provider, account, facts, quote, day, now, client=None):
+        """Check one account for this attempt: model, client list, block, month config, health,
+        month and day room, then the client's cap on this account."""
         f = facts.get(account.name) or _Facts(name=account.name)
         v = _Verdict(account=account, facts=f, budget_nusd=f.budget_nusd or account.budget_nusd)
         name, ceiling = account.name, quote.ceiling_nusd
         if not selection.serves(account, quote.requested_model):
             v.code, v.message = "no_account_available", f"account '{name}' does not serve model {quote.requested_model}"
             return v
+        if clients_only(account) and client_cap(account, client) is None:
+            # ADR-0055 "a client's allowed account list": not a candidate for any other client.
+            v.code = "account_blocked"
+            v.message = (
+                f"account '{name}' serves only its listed clients"
+                f"{' and no client is set' if client is None else f', not client {client!r}'}; "
+                "set the client with -o client NAME or LLM_ACCOUNTS_CLIENT"
+            )
+            return v
         if f.block_reason:
             v.code = "account_blocked"
             v.message = f"account '{name}' is blocked ({f.block_reason}); after checking it, run: llm accounts unblock {name}"
             return v
         daily = getattr(account, "daily_budget_nusd", None)
+        # The month row fixes budget, daily budget and key_env for the credit period: they are the
+        # account's credit. Client caps are deliberately not in it: ADR-0055's caps are policy
+        # (which client may spend what on which account), so they may change mid-period and are
+        # read from the declaration in force at each admission.
         if f.month_row and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env) != (account.budget_nusd, daily, account.key_env):
             v.code = "account_config_conflict"
             v.message = (
@@ -533,6 +553,18 @@ class Ledger:
                     f"of {_money(daily)} today ({day} UTC); this attempt needs up to {_money(ceiling)}; "
                     f"it resets {_when(clock.next_day_start(now))}"
                 )
+                return v
+        cap = client_cap(account, client)
+        if cap is not None:
+            settled, open_ = _client_totals(conn, provider, name, clock.credit_month(now), client)
+            if not selection.fits(settled, open_, ceiling, cap):
+                end = clock.credit_period(clock.credit_month(now))[1]
+                v.code = "budget_exhausted"
+                v.message = (
+                    f"client '{client}' has {_money(settled)} spent and {_money(open_)} in open ceilings of its "
+                    f"{_money(cap)} cap on account '{name}' for credit period {clock.credit_month(now)}; "
+                    f"this attempt needs up to {_money(ceiling)}; the cap resets {_when(end)}"
+                )
         return v
 
     def _day_totals(self, conn, provider, f, day):
@@ -548,9 +580,9 @@ class Ledger:
         ).fetchone()
         return row[0], row[1]
 
-    def _select(self, conn, provider, declared, facts, quote, day, now):
+    def _select(self, conn, provider, declared, facts, quote, day, now, client=None):
         """ADR-0126 D3 with Amendment 5: order the candidates, bind the first."""
-        verdicts = [self._verdict(conn, provider, account, facts, quote, day, now) for account in declared.values()]
+        verdicts = [self._verdict(conn, provider, account, facts, quote, day, now, client) for account in declared.values()]
         fit = [v for v in verdicts if not v.code]
         if not fit:
             codes = {v.code for v in verdicts}
@@ -1016,6 +1048,16 @@ class Ledger:
                 ).fetchall()
             )
             names = list(declared) + sorted(set(facts) - set(declared))
+            by_client = {}
+            if any(client_caps(account) for account in declared.values()):
+                for account_name, client, settled, open_ in conn.execute(
+                    """SELECT account, client, COALESCE(SUM(cost_nusd), 0),
+                         COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+                       FROM attempt WHERE provider = ? AND month_utc = ? AND client IS NOT NULL
+                       GROUP BY account, client""",
+                    (provider, month),
+                ):
+                    by_client[account_name, client] = (settled, open_)
             lines = []
             for name in names:
                 account, f = declared.get(name), facts.get(name) or _Facts(name=name)
@@ -1058,6 +1100,11 @@ class Ledger:
                         blocked_reason=f.block_reason,
                         blocked_at=f.blocked_at,
                         config_conflict=conflict,
+                        client_caps=tuple(
+                            _client_cap_status(label, cap, *by_client.get((name, label), (0, 0)))
+                            for label, cap in client_caps(account)
+                        ),
+                        clients_only=bool(clients_only(account)),
                     )
                 )
             return lines
@@ -1214,6 +1261,28 @@ def _unbilled(conn, scope):
         (scope.kind, scope.id, scope.provider),
     ).fetchone()
     return row[0] == 0
+
+
+def _client_cap_status(client, cap, settled, open_):
+    return ClientCapStatus(
+        client=client,
+        cap_nusd=cap,
+        settled_nusd=settled,
+        open_ceiling_nusd=open_,
+        committed_nusd=settled + open_,
+        remaining_nusd=cap - settled - open_,
+    )
+
+
+def _client_totals(conn, provider, account, month, client):
+    """ADR-0055 per-client caps: ``(settled costs, open ceilings)`` of ``client``'s attempts on
+    ``account`` in credit period ``month``, in one statement on the ``attempt_client`` index.
+    Adjustments are account-wide, so none count here."""
+    return conn.execute(
+        """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+           FROM attempt WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?""",
+        (provider, account, month, client),
+    ).fetchone()
 
 
 def _same_settlement(row, fields):

@@ -20,6 +20,7 @@ from . import payload, scrub, transport
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async
+from .records import CLIENT_RE
 
 ROUTED_ID = "claude-routed"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -53,7 +54,7 @@ class RoutedOptions(llm.Options):
         default=None,
     )
     client: Optional[str] = Field(
-        description="Client label recorded on each attempt (default: $LLM_ACCOUNTS_CLIENT)",
+        description="Client label recorded on each attempt and checked against client caps (default: $LLM_ACCOUNTS_CLIENT)",
         default=None,
     )
 
@@ -98,11 +99,19 @@ class RoutedOptions(llm.Options):
             raise ValueError("cache must be one of: none, 5m, 1h")
         return value
 
-    @field_validator("account", "client")
+    @field_validator("account")
     @classmethod
     def validate_label(cls, value):
         if value is not None and not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", value):
             raise ValueError("must match [a-z][a-z0-9_-]{0,31}")
+        return value
+
+    @field_validator("client")
+    @classmethod
+    def validate_client(cls, value):
+        # The ledger's client rule, so every label a declaration may cap can be given here.
+        if value is not None and (not CLIENT_RE.fullmatch(value) or "sk-ant" in value.lower()):
+            raise ValueError("must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
         return value
 
     @model_validator(mode="after")

@@ -109,6 +109,21 @@ class Unknown:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClientCapStatus:
+    """One client's cap on one account this credit period (ADR-0055 per-client caps).
+
+    ``committed_nusd`` is what admission compares with the cap: the client's settled costs plus
+    its open ceilings on the account. Adjustments are account-wide and not in it."""
+
+    client: str
+    cap_nusd: int
+    settled_nusd: int
+    open_ceiling_nusd: int
+    committed_nusd: int
+    remaining_nusd: int
+
+
+@dataclasses.dataclass(frozen=True)
 class AccountStatus:
     """One account's line in ``llm accounts status`` for the current credit period."""
 
@@ -140,6 +155,8 @@ class AccountStatus:
     blocked_reason: str | None
     blocked_at: str | None
     config_conflict: bool
+    client_caps: tuple[ClientCapStatus, ...] = ()
+    clients_only: bool = False
 
     @property
     def spent_nusd(self):
@@ -227,7 +244,35 @@ def _check_account(account, field="account"):
         raise invalid(f"{name}.rank", "must be an integer >= 0")
     if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
         raise invalid(f"{name}.weight", "must be an integer >= 1")
+    caps = client_caps(account)
+    if not isinstance(caps, tuple) or not all(isinstance(cap, tuple) and len(cap) == 2 for cap in caps):
+        raise invalid(f"{name}.clients", "must be a tuple of (client label, cap in nanodollars) pairs")
+    for label, cap in caps:
+        check_pattern(label, CLIENT_RE, f"{name}.clients", "client labels must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
+        check_int(cap, f"{name}.clients", minimum=1)
+    if len({label for label, _ in caps}) != len(caps):
+        raise invalid(f"{name}.clients", "names a client twice")
+    if not isinstance(clients_only(account), bool):
+        raise invalid(f"{name}.clients_only", "must be True or False")
     return account
+
+
+def client_caps(account):
+    """ADR-0055: an account's ``(client label, monthly cap)`` pairs; () for an Account-like
+    without them."""
+    return getattr(account, "clients", ()) or ()
+
+
+def clients_only(account):
+    """ADR-0055 "a client's allowed account list": whether only the listed clients may use it."""
+    return getattr(account, "clients_only", False)
+
+
+def client_cap(account, client):
+    """The monthly cap ``account`` sets for ``client`` in nanodollars, or None."""
+    if client is None:
+        return None
+    return dict(client_caps(account)).get(client)
 
 
 _VALID_ACCOUNTS = {}

@@ -249,6 +249,8 @@ def test_list_json(tmp_path):
                 "rank": 0,
                 "weight": 1,
                 "models": None,
+                "clients": {},
+                "clients_only": False,
             }
         ],
         "lookup": None,

@@ -1,6 +1,7 @@
 """Account declarations: validation, sources and precedence, accounts.json (design.md
 "Environment" and "An account declaration"; ADR-0126 D1, Amendment 3)."""
 
+import dataclasses
 import json
 import os
 import stat
@@ -112,6 +113,41 @@ CANARY_CASES = {
         lambda k: declare(models=[k.replace("sk-ant", "claude")]),
         "ANTHROPIC_ACCOUNTS[0].models[0]",
         "model id",
+    ),
+    "a client label holds a key": (
+        lambda k: declare(clients={k: {"budget_usd": "1.00"}}),
+        "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>:",
+        "looks like an API key",
+    ),
+    "a client label breaks the label rule": (
+        lambda k: declare(clients={"ci": {"budget_usd": "1.00"}, k.replace("sk-ant", "xx"): {"budget_usd": "1"}}),
+        "ANTHROPIC_ACCOUNTS[0].clients.<entry 2>:",
+        "client label must be 1-64",
+    ),
+    "a client cap is not a decimal": (
+        lambda k: declare(clients={"ci": {"budget_usd": k}}),
+        "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>.budget_usd",
+        "decimal",
+    ),
+    "a client cap is a bare string": (
+        lambda k: declare(clients={"ci": k}),
+        "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>:",
+        "must be an object",
+    ),
+    "a client cap has an unknown field holding a key": (
+        lambda k: declare(clients={"ci": {"budget_usd": "1", "key": k}}),
+        "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>:",
+        "unknown field",
+    ),
+    "clients is a string": (
+        lambda k: declare(clients=k),
+        "ANTHROPIC_ACCOUNTS[0].clients:",
+        "must be an object mapping client labels",
+    ),
+    "clients_only is a string": (
+        lambda k: declare(clients={"ci": {"budget_usd": "1"}}, clients_only=k),
+        "ANTHROPIC_ACCOUNTS[0].clients_only",
+        "true or false",
     ),
     "an unknown field named like a key": (
         lambda k: json.dumps([{**GOOD, k: "1.00"}]),
@@ -277,6 +313,59 @@ def test_a_full_declaration_parses_to_accounts():
         Account("work", "WORK_KEY", 12_500_000_000, 1_500_000_000, 2, 3, ("claude-haiku-4-5",)),
         Account("home-2", "_home", 7_000_000_000),
     )
+
+
+# Client caps and client lists (ADR-0055).
+
+
+def test_client_caps_parse_to_sorted_label_and_nanodollar_pairs():
+    (account,) = parse_accounts(
+        declare(clients={"team/b": {"budget_usd": "2"}, "ci-bot": {"budget_usd": "0.000000001"}}, clients_only=True),
+        "environment",
+    )
+    assert (account.clients, account.clients_only) == ((("ci-bot", 1), ("team/b", 2_000_000_000)), True)
+    assert hash(account) == hash(dataclasses.replace(account))
+
+
+def test_an_account_without_client_fields_has_no_caps_and_serves_every_client():
+    (account,) = parse_accounts(declare(), "environment")
+    assert (account.clients, account.clients_only) == ((), False)
+
+
+@pytest.mark.parametrize("value", [5, True, None, "0", "-1.00", "1.0000000001", "9223372036.854775808"])
+def test_a_client_cap_follows_the_money_rules(value):
+    message = refusal(declare(clients={"ci": {"budget_usd": value}}), "x" * 20)
+    assert "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>.budget_usd" in message
+
+
+def test_a_client_cap_needs_budget_usd():
+    message = refusal(declare(clients={"ci": {}}), "x" * 20)
+    assert "ANTHROPIC_ACCOUNTS[0].clients.<entry 1>.budget_usd: is required" in message
+
+
+def test_clients_must_name_at_least_one_client():
+    assert "ANTHROPIC_ACCOUNTS[0].clients: must name at least one client" in refusal(declare(clients={}), "x" * 20)
+
+
+@pytest.mark.parametrize("value", [1, "true", None])
+def test_clients_only_must_be_a_json_boolean(value):
+    message = refusal(declare(clients={"ci": {"budget_usd": "1"}}, clients_only=value), "x" * 20)
+    assert "ANTHROPIC_ACCOUNTS[0].clients_only: must be true or false" in message
+
+
+def test_clients_only_without_clients_is_refused():
+    message = refusal(declare(clients_only=True), "x" * 20)
+    assert "ANTHROPIC_ACCOUNTS[0].clients_only: is true but no clients are listed" in message
+
+
+def test_saved_client_caps_load_back_equal(user_path):
+    account = Account("work", "WORK_KEY", 5_000_000_000, clients=(("a@b", 1), ("ci", 2_500_000_000)), clients_only=True)
+    save_accounts_file([account], None)
+    assert read_accounts_file()[0] == (account,)
+    assert json.loads((user_path / "accounts.json").read_text())["accounts"][0]["clients"] == {
+        "a@b": {"budget_usd": "0.000000001"},
+        "ci": {"budget_usd": "2.50"},
+    }
 
 
 # Null, empty, [] (ADR-0126 D1: invalid configuration never means an empty pool).
