@@ -447,3 +447,28 @@ def test_an_auth_failure_blocks_the_account_until_unblocked(accounts, ledger_pat
     assert len(accounts.requests) == 1  # refused before sending
     assert llm_cli("accounts", "unblock", "alpha").exit_code == 0
     assert llm_cli("-m", MODEL, "Hello once more", "-o", "account", "alpha").exit_code == 0
+
+
+def test_an_async_stream_cancelled_by_the_caller_stays_open_as_cancelled(accounts, ledger_path):
+    import asyncio
+
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "slow", delay=0.3)
+
+    async def run():
+        model = llm.get_async_model(MODEL)
+        started = asyncio.Event()
+
+        async def consume():
+            async for _ in model.prompt("Tell me a story"):
+                started.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(started.wait(), timeout=30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", "cancelled")
