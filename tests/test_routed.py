@@ -411,7 +411,6 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
     refused = [r for r in results if r[0] != 0]
     assert all("budget_exhausted" in stderr for _, _, stderr in refused), "\n".join(r[2][-600:] for r in refused if "budget_exhausted" not in r[2])
     assert len(succeeded) + len(refused) == 8 and succeeded
-    print(f"{len(succeeded)} admitted, {len(refused)} refused")
     # Every admitted attempt is in the ledger, settled, and matches a request the stand-in saw.
     assert len(rows) == len(accounts.requests) == len(succeeded)
     assert all(row["state"] == "settled" and row["outcome"] == "complete" for row in rows)
