@@ -92,6 +92,16 @@ def _when(t):
     return t.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def _over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
+    """The one-line budget_exhausted message: spend, the limit, what this attempt needs, the reset."""
+    month = clock.credit_month(now)
+    resets = clock.credit_period(month)[1]
+    return (
+        f"{who} has {_money(spent_nusd)} spent and {_money(open_nusd)} in open ceilings of its {limit} "
+        f"for credit period {month}; this attempt needs up to {_money(ceiling_nusd)}; the {noun} resets {_when(resets)}"
+    )
+
+
 def _busy():
     return AccountsError(
         "ledger_busy",
@@ -536,12 +546,9 @@ class Ledger:
             return v
         v.probe = gate == "probe"
         if not selection.fits(f.spent_nusd, f.open_nusd, ceiling, v.budget_nusd):
-            end = clock.credit_period(clock.credit_month(now))[1]
             v.code = "budget_exhausted"
-            v.message = (
-                f"account '{name}' has {_money(f.spent_nusd)} spent and {_money(f.open_nusd)} in open ceilings "
-                f"of its {_money(v.budget_nusd)} budget for credit period {clock.credit_month(now)}; "
-                f"this attempt needs up to {_money(ceiling)}; the budget resets {_when(end)}"
+            v.message = _over_limit(
+                f"account '{name}'", f.spent_nusd, f.open_nusd, f"{_money(v.budget_nusd)} budget", "budget", ceiling, now
             )
             return v
         if daily is not None:
@@ -558,12 +565,9 @@ class Ledger:
         if cap is not None:
             settled, open_ = _client_totals(conn, provider, name, clock.credit_month(now), client)
             if not selection.fits(settled, open_, ceiling, cap):
-                end = clock.credit_period(clock.credit_month(now))[1]
                 v.code = "budget_exhausted"
-                v.message = (
-                    f"client '{client}' has {_money(settled)} spent and {_money(open_)} in open ceilings of its "
-                    f"{_money(cap)} cap on account '{name}' for credit period {clock.credit_month(now)}; "
-                    f"this attempt needs up to {_money(ceiling)}; the cap resets {_when(end)}"
+                v.message = _over_limit(
+                    f"client '{client}'", settled, open_, f"{_money(cap)} cap on account '{name}'", "cap", ceiling, now
                 )
         return v
 

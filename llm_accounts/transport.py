@@ -83,31 +83,44 @@ def async_client():
     return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
 
 
+class _BoundedBody:
+    """At most 64 KiB + 1 byte of an error body, collected within five seconds (Amendment 7)."""
+
+    def __init__(self):
+        self.chunks, self.size = [], 0
+        self.deadline = time.monotonic() + ERROR_BODY_SECONDS
+
+    def add(self, chunk):
+        """Keep ``chunk``; True once the bound or the deadline is reached."""
+        self.chunks.append(chunk)
+        self.size += len(chunk)
+        return self.size > ERROR_BODY_LIMIT or time.monotonic() > self.deadline
+
+    def bytes(self):
+        return b"".join(self.chunks)[: ERROR_BODY_LIMIT + 1]
+
+
 def read_error_body(response):
-    """Read at most 64 KiB + 1 byte of an error body within five seconds; never raises."""
-    chunks, size, deadline = [], 0, time.monotonic() + ERROR_BODY_SECONDS
+    """Read a bounded error body; never raises (a broken body reads as what arrived)."""
+    body = _BoundedBody()
     try:
         for chunk in response.iter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > ERROR_BODY_LIMIT or time.monotonic() > deadline:
+            if body.add(chunk):
                 break
     except httpx.HTTPError:
         pass
-    return b"".join(chunks)[: ERROR_BODY_LIMIT + 1]
+    return body.bytes()
 
 
 async def aread_error_body(response):
-    chunks, size, deadline = [], 0, time.monotonic() + ERROR_BODY_SECONDS
+    body = _BoundedBody()
     try:
         async for chunk in response.aiter_bytes():
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > ERROR_BODY_LIMIT or time.monotonic() > deadline:
+            if body.add(chunk):
                 break
     except httpx.HTTPError:
         pass
-    return b"".join(chunks)[: ERROR_BODY_LIMIT + 1]
+    return body.bytes()
 
 
 def never_sent(error):
