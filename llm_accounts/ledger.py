@@ -112,6 +112,22 @@ def _busy():
 # ---------------------------------------------------------------------------------------------
 # What the ledger knows about one account in one month, read in one statement.
 
+# One attempt with its account's block, month totals, adjustments and health, for settle and
+# reconcile.
+_ATTEMPT_SQL = """
+SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
+       (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
+         AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
+       h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
+       h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
+       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport
+FROM attempt t
+JOIN account a ON a.provider = t.provider AND a.name = t.account
+LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
+LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+WHERE t.id = ?
+"""
+
 _FACTS_SQL = """
 SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
        m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
@@ -710,17 +726,7 @@ class Ledger:
     def _settle(self, conn, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
         ts = clock.isoformat(now)
         row = conn.execute(
-            """SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
-                 (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
-                   AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
-                 h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
-                 h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
-                 h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport
-               FROM attempt t
-               JOIN account a ON a.provider = t.provider AND a.name = t.account
-               LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
-               LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
-               WHERE t.id = ?""",
+            _ATTEMPT_SQL,
             (attempt_id,),
         ).fetchone()
         if row is None:
@@ -883,13 +889,7 @@ class Ledger:
 
         def run(conn):
             row = conn.execute(
-                """SELECT t.*, m.settled_nusd AS m_settled, m.open_nusd AS m_open, h.probe_attempt_id AS probe,
-                     (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
-                       AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted
-                   FROM attempt t
-                   LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
-                   LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
-                   WHERE t.id = ?""",
+                _ATTEMPT_SQL,
                 (attempt_id,),
             ).fetchone()
             if row is None:
@@ -917,7 +917,7 @@ class Ledger:
                    VALUES (?, 'reconciliation', ?, ?, ?, ?, 0, ?, ?, ?)""",
                 (adjustment_id, attempt_id, row["provider"], row["account"], row["month_utc"], source_ref, str(cost_nusd), ts),
             )
-            if row["probe"] == attempt_id:
+            if row["h_probe"] == attempt_id:
                 conn.execute(
                     "UPDATE health SET probe_attempt_id = NULL WHERE provider = ? AND account = ?",
                     (row["provider"], row["account"]),
