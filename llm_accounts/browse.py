@@ -29,25 +29,32 @@ def looks_like_key_variable(name):
     return upper.endswith("_KEY") or "API_KEY" in upper
 
 
-def child_environment(environ, key_envs):
+def child_environment(environ, key_envs, secrets=()):
     """A copy of ``environ`` without any variable that holds, or may hold, a key.
 
     Drops every declared ``key_env``, ``ANTHROPIC_API_KEY`` and any ``*_KEY``/``*API_KEY*``
-    name (design.md: a key is never put in a child's environment).
+    name; then, judged by value whatever the name, anything key-shaped (``sk-ant`` in any case)
+    or holding an 8-character run of one of ``secrets`` (the declared keys, see
+    ``declared_keys``). A key is never put in a child's environment.
     """
-    dropped = set(key_envs) | set(ALWAYS_DROPPED)
-    return {
-        name: value
-        for name, value in environ.items()
-        if name not in dropped and not looks_like_key_variable(name)
-    }
+    from .keys import child_environment as without_keys
+
+    named = {name: value for name, value in environ.items() if not looks_like_key_variable(name)}
+    return without_keys(named, set(key_envs) | set(ALWAYS_DROPPED), secrets)
 
 
-def declared_key_envs():
-    """Every ``key_env`` the declaration in force names; an invalid declaration refuses."""
-    from .declarations import load_declaration
+def declared_keys(declaration, environ):
+    """The declared accounts' keys, resolved as a routed call would resolve them, only so the
+    child's environment can be checked against them. A key that does not resolve is not compared."""
+    from .keys import resolve_key
 
-    return {account.key_env for account in load_declaration().accounts}
+    found = []
+    for account in declaration.accounts:
+        try:
+            found.append(resolve_key(account.key_env, declaration, environ=environ))
+        except AccountsError:
+            continue
+    return found
 
 
 def datasette_installed():
@@ -94,8 +101,13 @@ def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=
             f"no ledger at {ledger} yet: it is created by the first routed call "
             "(llm -m claude-routed ...), or set LLM_ACCOUNTS_LEDGER to an existing ledger",
         )
+    from .declarations import load_declaration
+
     environ = os.environ if environ is None else environ
-    env = child_environment(environ, declared_key_envs())
+    declaration = load_declaration()  # an invalid declaration refuses rather than guess key names
+    env = child_environment(
+        environ, {account.key_env for account in declaration.accounts}, declared_keys(declaration, environ)
+    )
     command = datasette_command(ledger, port=port)
     process = subprocess.Popen(command, env=env)
     echo(f"Dashboard: {dashboard_url(port)}")

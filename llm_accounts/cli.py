@@ -84,7 +84,8 @@ def browse(port, open_browser):
 
     Starts 'datasette' on the ledger with this plugin's canned queries and the dashboard at
     /-/llm-accounts. No key reaches Datasette: its environment drops every declared key_env,
-    ANTHROPIC_API_KEY and any variable named like a key.
+    ANTHROPIC_API_KEY, any variable named like a key, and any variable whose value looks like
+    a key or holds part of a declared account's key.
 
     \b
     Example:

@@ -110,15 +110,38 @@ def _keys_json(key_env, account):
     return value
 
 
-def lookup_environment(declaration, environ):
-    """The lookup child's environment: no declared account's key_env, no ``ANTHROPIC_API_KEY``,
-    and (defence in depth) nothing whose value looks like an Anthropic key (ADR-0126 D2)."""
-    withheld = {account.key_env for account in declaration.accounts} | {"ANTHROPIC_API_KEY"}
+KEY_RUN = 8  # characters: a value holding this long a stretch of a key holds the key
+
+
+def holds_key_material(value, secrets=()):
+    """Whether ``value`` looks like an Anthropic key (``sk-ant`` in any case) or holds a run of
+    ``KEY_RUN`` characters of one of ``secrets`` (``Secret`` objects)."""
+    if looks_like_key(value):
+        return True
+    for secret in secrets:
+        key = secret.reveal()
+        if any(key[i : i + KEY_RUN] in value for i in range(len(key) - KEY_RUN + 1)):
+            return True
+    return False
+
+
+def child_environment(environ, withheld=(), secrets=()):
+    """A copy of ``environ`` for a child process: without the ``withheld`` names and without any
+    variable, whatever its name, whose value holds key material (``holds_key_material``)."""
+    withheld = set(withheld)
     return {
         name: value
         for name, value in environ.items()
-        if name not in withheld and not looks_like_key(value)
+        if name not in withheld and not holds_key_material(value, secrets)
     }
+
+
+def lookup_environment(declaration, environ):
+    """The lookup child's environment: no declared account's key_env, no ``ANTHROPIC_API_KEY``,
+    and (defence in depth) nothing whose value looks like an Anthropic key. No key is resolved
+    to compare with: resolving is what the lookup is for."""
+    withheld = {account.key_env for account in declaration.accounts} | {"ANTHROPIC_API_KEY"}
+    return child_environment(environ, withheld)
 
 
 def run_lookup(template, key_env, declaration, environ, timeout, account=None):
