@@ -6,7 +6,60 @@ import sys
 import click
 
 
-@click.group()
+def _rule(param):
+    """What a parameter takes, from its declaration alone."""
+    kind = getattr(param, "type", None)
+    if isinstance(kind, click.IntRange) and kind.min is not None:
+        if kind.max is not None:
+            return f"must be a whole number from {kind.min} to {kind.max}"
+        return f"must be a whole number, {kind.min} or more"
+    if isinstance(kind, click.Choice):
+        return "must be one of " + ", ".join(str(choice) for choice in kind.choices)
+    return "not a value it takes (see --help)"
+
+
+def _without_values(error):
+    """``error`` (a click usage error) reworded to name the parameter and the rule, never the
+    text that was typed: a key pasted in the wrong place must not be echoed back."""
+    if getattr(error, "reworded", False) or isinstance(
+        error, (click.MissingParameter, click.BadOptionUsage, click.BadArgumentUsage)
+    ):
+        return error  # these name only parameters this plugin declares
+    ctx = error.ctx
+    where = f"'{ctx.command_path} --help'" if ctx is not None else "--help"
+    if isinstance(error, click.BadParameter):
+        quiet = click.BadParameter(_rule(error.param), ctx=ctx, param=error.param, param_hint=error.param_hint)
+    elif isinstance(error, click.NoSuchOption):
+        quiet = click.UsageError(f"No such option; {where} lists the options", ctx)
+    elif error.message.startswith("No such command"):
+        quiet = click.UsageError(f"No such command; {where} lists the commands", ctx)
+    elif error.message.startswith("Missing command"):
+        return error
+    elif "extra argument" in error.message:
+        quiet = click.UsageError(f"Got more arguments than this command takes; see {where}", ctx)
+    else:
+        quiet = click.UsageError(f"The command line is not one this command takes; see {where}", ctx)
+    quiet.reworded = True
+    return quiet
+
+
+class _Group(click.Group):
+    """A command group whose usage errors never repeat what was typed (see ``_without_values``)."""
+
+    def parse_args(self, ctx, args):
+        try:
+            return super().parse_args(ctx, args)
+        except click.UsageError as error:
+            raise _without_values(error) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as error:
+            raise _without_values(error) from None
+
+
+@click.group(cls=_Group)
 def accounts():
     """Route Claude calls across several Anthropic accounts with budgets.
 
@@ -385,7 +438,7 @@ def list_(json_):
     click.echo(f"Declared by {source}")
 
 
-@accounts.group(invoke_without_command=True)
+@accounts.group(cls=_Group, invoke_without_command=True)
 @click.pass_context
 def lookup(ctx):
     """Show, set or clear the secret lookup command.
@@ -517,8 +570,27 @@ def _declared_accounts(strict=False):
         return ()
 
 
-def _declared_or_name(name):
-    return next((a for a in _declared_accounts() if a.name == name), name)
+def _known_account(ledger, name):
+    """NAME as the ledger takes it: the declared account, else a name the ledger already holds.
+
+    Any other name is refused without repeating it (a key pasted as NAME must not be echoed);
+    a name that matched a declaration or the ledger exactly is safe to show.
+    """
+    from .errors import AccountsError
+
+    declared = next((a for a in _declared_accounts() if a.name == name), None)
+    if declared is not None:
+        return declared
+    try:
+        held = {line.name for line in ledger.status(())}
+    except AccountsError as error:
+        fail(error)
+    if name not in held:
+        fail(AccountsError(
+            "declaration_invalid",
+            "NAME: no declared account and no account in the ledger has this name (see llm accounts list)",
+        ))
+    return name
 
 
 def _usd_option(text, field, *, signed=False, allow_zero=False):
@@ -692,7 +764,8 @@ def block(name):
     from .errors import AccountsError
 
     try:
-        result = _ledger().block(_declared_or_name(name), "manual")
+        ledger = _ledger()
+        result = ledger.block(_known_account(ledger, name), "manual")
     except AccountsError as error:
         fail(error)
     click.echo(f"Account {name} {'was already blocked' if result == 'already_blocked' else 'blocked'}; unblock it with: llm accounts unblock {name}")
@@ -716,7 +789,8 @@ def unblock(name, source, adjustment_id):
     from .errors import AccountsError
 
     try:
-        result = _ledger().clear_block(adjustment_id or uuid.uuid4().hex, _declared_or_name(name), source)
+        ledger = _ledger()
+        result = ledger.clear_block(adjustment_id or uuid.uuid4().hex, _known_account(ledger, name), source)
     except AccountsError as error:
         fail(error)
     click.echo(f"Account {name} was not blocked" if result == "not_blocked" else f"Account {name} unblocked")
@@ -780,8 +854,9 @@ def adjust(name, month, delta, source, attempt_id, adjustment_id):
 
     nusd = _usd_option(delta, "--delta", signed=True)
     try:
-        result = _ledger().adjust(
-            adjustment_id or uuid.uuid4().hex, _declared_or_name(name), month, nusd, source, attempt_id=attempt_id
+        ledger = _ledger()
+        result = ledger.adjust(
+            adjustment_id or uuid.uuid4().hex, _known_account(ledger, name), month, nusd, source, attempt_id=attempt_id
         )
     except AccountsError as error:
         fail(error)
@@ -810,10 +885,15 @@ def rebind(conversation_id, name, source):
     from .ledger import Scope
 
     try:
-        old = _ledger().rebind(Scope("conversation", conversation_id), _declared_or_name(name), source)
+        ledger = _ledger()
+        old = ledger.rebind(Scope("conversation", conversation_id), _known_account(ledger, name), source)
     except AccountsError as error:
         fail(error)
-    click.echo(f"Conversation {conversation_id} now uses account {name}" + (f" (was {old})" if old and old != name else ""))
+    # The id is not repeated: the ledger checked its characters but holds no list of ids to match.
+    if old is None:
+        click.echo(f"The conversation had no binding; it now uses account {name}")
+    else:
+        click.echo(f"The conversation now uses account {name}" + (f" (was {old})" if old != name else ""))
 
 
 @accounts.command(name="refresh-models")
@@ -836,9 +916,11 @@ def refresh_models(names, json_):
 
     try:
         declaration = load_declaration()
-        unknown = sorted(set(names) - {a.name for a in declaration.accounts})
-        if unknown:
-            raise AccountsError("declaration_invalid", f"no declared account named '{unknown[0]}' (see llm accounts list)")
+        if set(names) - {a.name for a in declaration.accounts}:
+            # The unknown name is not repeated: a key pasted as NAMES must not be echoed.
+            raise AccountsError(
+                "declaration_invalid", "NAMES: each must be a declared account's name (see llm accounts list)"
+            )
         if not declaration.routed:
             raise AccountsError("declaration_invalid", "no accounts declared: add one with 'llm accounts add'")
         results = catalog.refresh(declaration, set(names) or None)

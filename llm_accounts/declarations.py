@@ -713,7 +713,8 @@ def remove_account(name):
     accounts, lookup = read_accounts_file()
     remaining = [a for a in accounts or () if a.name != name]
     if len(remaining) == len(accounts or ()):
-        raise invalid(f"NAME: no account named {name} in {ACCOUNTS_FILE}; see 'llm accounts list'")
+        # An unknown name is not repeated: a key pasted as NAME must not be echoed.
+        raise invalid(f"NAME: no account in {ACCOUNTS_FILE} has this name; see 'llm accounts list'")
     return save_accounts_file(remaining, lookup)
 
 

@@ -39,7 +39,7 @@ def test_refresh_models_refuses_an_undeclared_name(user_path):
     save_accounts_file([Account("alpha", "A_KEY", 5 * NANO)], None)
     result = CliRunner().invoke(cli, ["accounts", "refresh-models", "nobody"])
     assert result.exit_code == 1
-    assert "no declared account named 'nobody'" in result.output
+    assert "NAMES: each must be a declared account's name" in result.output
 
 
 def test_effective_accounts_narrow_declared_models_to_served_ones():

@@ -191,7 +191,7 @@ def test_remove_of_an_unknown_name_fails(user_path):
     add_work()
     result = run("remove", "home")
     assert result.exit_code == 1
-    assert "no account named home" in result.output
+    assert "NAME: no account in accounts.json has this name" in result.output
 
 
 def test_remove_never_echoes_a_pasted_key(canary_key):
