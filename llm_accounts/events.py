@@ -151,6 +151,13 @@ class StreamReader:
     def final_message(self):
         return self.assembler.final_message()
 
+    def closed(self):
+        """Outcome and failure class of a stream its consumer closed before it ended: an error
+        event already read is what it is (with its health effect), not a close."""
+        if self.assembler.error_type is not None:
+            return self.failure()
+        return "stream_closed", None
+
     def failure(self):
         """Outcome and failure class of a stream that ended without message_stop."""
         if self.assembler.error_type is not None:

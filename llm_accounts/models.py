@@ -16,7 +16,7 @@ import httpx
 import llm
 from pydantic import Field, field_validator, model_validator
 
-from . import payload, scrub, transport
+from . import classify, payload, scrub, transport
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async
@@ -207,11 +207,12 @@ def set_usage(response, usage):
     )
 
 
-def _raise_stream_failure(attempt, outcome):
+def _stream_failure(attempt, outcome):
+    """The routed error for a response that ended early; its attempt stays open (unknown)."""
     code = "provider_error" if outcome == "stream_error" else "transport_error"
     if attempt.reservation is None:
-        raise AccountsError(code, f"the response ended early ({outcome})")
-    raise AccountsError(
+        return AccountsError(code, f"the response ended early ({outcome})")
+    return AccountsError(
         code,
         f"account '{attempt.account}': the response ended early ({outcome}); the attempt stays open until reconciled (attempt {attempt.id})",
         account=attempt.account,
@@ -219,40 +220,102 @@ def _raise_stream_failure(attempt, outcome):
     )
 
 
+def _after_delivery(attempt, error):
+    """A settlement that failed after the answer was shown: say so, and that nothing is lost."""
+    if attempt.reservation is None:
+        return error
+    return AccountsError(
+        error.code,
+        f"{error.message} (the answer above was delivered, but attempt {attempt.id} on account "
+        f"'{attempt.account}' could not be settled: it stays open with its ceiling until "
+        f"'llm accounts reconcile {attempt.id}'; do not retry the prompt blindly, it was already answered)",
+        account=attempt.account,
+        attempt_id=attempt.id,
+    )
+
+
+class _End:
+    """How one attempt ended. The loop raises ``error`` itself, outside every ``except`` block
+    and every frame that held the key, a request or a response (docs/errors.md)."""
+
+    __slots__ = ("error", "again")
+
+    def __init__(self):
+        self.error, self.again = None, False
+
+    def decide(self, error):
+        """``error`` to raise, or None: try the next account."""
+        self.error, self.again = error, error is None
+
+    def fail(self, error):
+        # A fresh traceback: the one it has runs through frames that held the key.
+        self.error = error.with_traceback(None)
+
+
 class RoutedClaude(_Shared, llm.KeyModel):
     def execute(self, prompt, stream, response, conversation, key):
         call, body = self._prepare(prompt, stream, conversation, key)
+        del key  # an unrouted call keeps it wrapped; no frame of ours holds it bare
         url = transport.messages_url()
         with transport.client() as http:
             while True:
-                attempt = call.begin()
-                secret_text = attempt.secret.reveal()
-                request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
-                try:
-                    resp = http.send(request, stream=True)
-                except httpx.HTTPError as error:
-                    if call.transport_failed(attempt, error):
-                        continue
-                try:
-                    if resp.status_code != 200:
-                        if call.refused(attempt, resp.status_code, transport.read_error_body(resp)):
-                            continue
-                    request_id = resp.headers.get("request-id")
-                    if stream:
-                        yield from self._stream(resp, call, attempt, response, secret_text, request_id)
-                    else:
-                        try:
-                            message = json.loads(resp.read())
-                        except (httpx.HTTPError, ValueError):
-                            call.stream_failed(attempt, "transport_error", "transport")
-                            _raise_stream_failure(attempt, "transport_error")
-                        yield from message_events(message, secret_text)
-                        self._finish(response, call, attempt, message, secret_text, request_id)
+                end = _End()
+                yield from self._attempt(http, url, call, body, stream, response, end)
+                if end.error is not None:
+                    raise end.error
+                if not end.again:
                     return
-                finally:
-                    resp.close()
 
-    def _stream(self, resp, call, attempt, response, secret_text, request_id):
+    def _attempt(self, http, url, call, body, stream, response, end):
+        attempt = call.begin()
+        secret_text = attempt.secret.reveal()
+        request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
+        failure = None
+        try:
+            resp = http.send(request, stream=True)
+        except httpx.HTTPError as error:
+            failure = transport.describe_failure(error)
+        except BaseException:
+            call.stream_failed(attempt, "cancelled")  # Ctrl-C: it may have left, never zero
+            raise
+        if failure is not None:
+            end.decide(call.transport_failed(attempt, failure))
+            return
+        try:
+            status = resp.status_code
+            if status != 200:
+                try:
+                    info = transport.read_refusal(resp)
+                except BaseException:
+                    # Interrupted while reading: the status alone still counts (a 401 blocks).
+                    call.refused(attempt, status, classify.UNREADABLE)
+                    raise
+                end.decide(call.refused(attempt, status, info))
+                return
+            request_id = resp.headers.get("request-id")
+            if stream:
+                yield from self._stream(resp, call, attempt, response, secret_text, request_id, end)
+                return
+            try:
+                message = json.loads(resp.read())
+            except (httpx.HTTPError, ValueError, RecursionError):
+                call.stream_failed(attempt, "transport_error", "transport")
+                end.decide(_stream_failure(attempt, "transport_error"))
+                return
+            except BaseException:
+                call.stream_failed(attempt, "cancelled")
+                raise
+            # Settled before the answer is yielded: a consumer that stops reading early leaves
+            # nothing open that the provider already answered in full.
+            try:
+                self._finish(response, call, attempt, message, secret_text, request_id)
+            except AccountsError as error:
+                end.fail(_after_delivery(attempt, error))
+            yield from message_events(message, secret_text)
+        finally:
+            resp.close()
+
+    def _stream(self, resp, call, attempt, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
         try:
             for line in resp.iter_lines():
@@ -262,60 +325,100 @@ class RoutedClaude(_Shared, llm.KeyModel):
         except httpx.HTTPError:
             pass  # a broken connection: settled below as stream_truncated
         except GeneratorExit:
-            call.stream_failed(attempt, "stream_closed")
+            call.stream_failed(attempt, *reader.closed())
             raise
         except BaseException:
             call.stream_failed(attempt, "cancelled")
             raise
-        yield from reader.finish()
-        if not reader.complete:
+        # Settled before the last held text is released: a consumer that stops now leaves
+        # nothing open that the provider already answered in full.
+        if reader.complete:
+            try:
+                self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
+            except AccountsError as error:
+                end.fail(_after_delivery(attempt, error))
+        else:
             outcome, failure = reader.failure()
             call.stream_failed(attempt, outcome, failure)
-            _raise_stream_failure(attempt, outcome)
-        self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
+            end.decide(_stream_failure(attempt, outcome))
+        yield from reader.finish()
 
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
     async def execute(self, prompt, stream, response, conversation, key):
         call, body = await run_async(self._prepare, prompt, stream, conversation, key)
+        del key
         url = transport.messages_url()
         async with transport.async_client() as http:
             while True:
-                attempt = await run_async(call.begin)
-                secret_text = attempt.secret.reveal()
-                request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
-                try:
-                    resp = await http.send(request, stream=True)
-                except httpx.HTTPError as error:
-                    if await run_async(call.transport_failed, attempt, error):
-                        continue
-                except asyncio.CancelledError:
-                    # The request may have left: unknown, never zero.
-                    await _shielded(call.stream_failed, attempt, "cancelled")
-                    raise
-                try:
-                    if resp.status_code != 200:
-                        raw = await transport.aread_error_body(resp)
-                        if await run_async(call.refused, attempt, resp.status_code, raw):
-                            continue
-                    request_id = resp.headers.get("request-id")
-                    if stream:
-                        async for event in self._stream(resp, call, attempt, response, secret_text, request_id):
-                            yield event
-                    else:
-                        try:
-                            message = json.loads(await resp.aread())
-                        except (httpx.HTTPError, ValueError):
-                            await run_async(call.stream_failed, attempt, "transport_error", "transport")
-                            _raise_stream_failure(attempt, "transport_error")
-                        for event in message_events(message, secret_text):
-                            yield event
-                        await run_async(self._finish, response, call, attempt, message, secret_text, request_id)
+                end = _End()
+                async for event in self._attempt(http, url, call, body, stream, response, end):
+                    yield event
+                if end.error is not None:
+                    raise end.error
+                if not end.again:
                     return
-                finally:
-                    await resp.aclose()
 
-    async def _stream(self, resp, call, attempt, response, secret_text, request_id):
+    async def _attempt(self, http, url, call, body, stream, response, end):
+        reserving = asyncio.ensure_future(run_async(call.begin))
+        try:
+            attempt = await asyncio.shield(reserving)
+        except asyncio.CancelledError:
+            # Cancelled before the request was built: a reservation that lands anyway is
+            # settled as never sent, then the cancellation is delivered.
+            attempt = await _outcome_of(reserving)
+            if attempt is not None:
+                await _shielded(call.not_sent, attempt)
+            raise
+        secret_text = attempt.secret.reveal()
+        request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
+        failure = None
+        try:
+            resp = await http.send(request, stream=True)
+        except httpx.HTTPError as error:
+            failure = transport.describe_failure(error)
+        except asyncio.CancelledError:
+            # The request may have left: unknown, never zero.
+            await _shielded(call.stream_failed, attempt, "cancelled")
+            raise
+        if failure is not None:
+            end.decide(await _shielded(call.transport_failed, attempt, failure))
+            return
+        try:
+            status = resp.status_code
+            if status != 200:
+                try:
+                    info = await transport.aread_refusal(resp)
+                except asyncio.CancelledError:
+                    # The status alone still counts: a 401 blocks, a 429 is rate_limited.
+                    await _shielded(call.refused, attempt, status, classify.UNREADABLE)
+                    raise
+                end.decide(await _shielded(call.refused, attempt, status, info))
+                return
+            request_id = resp.headers.get("request-id")
+            if stream:
+                async for event in self._stream(resp, call, attempt, response, secret_text, request_id, end):
+                    yield event
+                return
+            try:
+                message = json.loads(await resp.aread())
+            except (httpx.HTTPError, ValueError, RecursionError):
+                await run_async(call.stream_failed, attempt, "transport_error", "transport")
+                end.decide(_stream_failure(attempt, "transport_error"))
+                return
+            except asyncio.CancelledError:
+                await _shielded(call.stream_failed, attempt, "cancelled")
+                raise
+            try:
+                await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
+            except AccountsError as error:
+                end.fail(_after_delivery(attempt, error))
+            for event in message_events(message, secret_text):
+                yield event
+        finally:
+            await resp.aclose()
+
+    async def _stream(self, resp, call, attempt, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
         try:
             async for line in resp.aiter_lines():
@@ -327,23 +430,36 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             pass  # a broken connection: settled below as stream_truncated
         except GeneratorExit:
             # aclose() by the consumer: settle synchronously, there is no loop turn to wait for.
-            call.stream_failed(attempt, "stream_closed")
+            call.stream_failed(attempt, *reader.closed())
             raise
         except asyncio.CancelledError:
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
+        if reader.complete:
+            try:
+                await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
+            except AccountsError as error:
+                end.fail(_after_delivery(attempt, error))
+        else:
+            outcome, failure = reader.failure()
+            await _shielded(call.stream_failed, attempt, outcome, failure)
+            end.decide(_stream_failure(attempt, outcome))
         for event in reader.finish():
             yield event
-        if not reader.complete:
-            outcome, failure = reader.failure()
-            await run_async(call.stream_failed, attempt, outcome, failure)
-            _raise_stream_failure(attempt, outcome)
-        await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
 
 
 async def _shielded(fn, *args):
-    """Run a settlement in a worker, shielded from the caller's cancellation (ADR-0126 D6)."""
-    await asyncio.shield(run_async(fn, *args))
+    """Run a settlement in a worker, shielded from the caller's cancellation: an attempt's
+    outcome is recorded even when its caller gives up (docs/design.md "Attempt outcomes")."""
+    return await asyncio.shield(run_async(fn, *args))
+
+
+async def _outcome_of(task):
+    """Wait for ``task`` after a cancellation; its result, or None if it failed."""
+    try:
+        return await task
+    except BaseException:
+        return None
 
 
 def model_pairs(revision, default_model):

@@ -13,12 +13,13 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, keys, pricing, transport
+from . import catalog, classify, keys, pricing
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
 
 MAX_ACCOUNTS = 4  # ADR-0055's bound on moving on
 MOVE_ON_STATUSES = (429, 529)
+SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
 
 @dataclasses.dataclass
@@ -52,13 +53,20 @@ class RoutedCall:
         self.accounts = catalog.effective_accounts(declaration.accounts, self.revision)
         self.records = []
         self.tried = []
+        # (account, short summary, error) of each attempt a new conversation moved on from.
+        self.failures = []
         self.new_scope = None
 
     # Reservation -------------------------------------------------------------------------------
 
     def begin(self):
-        """Reserve the next attempt and resolve its key; raises when nothing may be sent."""
+        """Reserve the next attempt and resolve its key; raises when nothing may be sent.
+
+        After a new conversation moved on, a refusal to reserve another account raises the last
+        attempt's real failure instead, naming the accounts tried (docs/errors.md).
+        """
         attempt_id = str(uuid.uuid4())
+        refusal = None
         try:
             reservation = self.ledger.reserve(
                 self.scope,
@@ -70,7 +78,9 @@ class RoutedCall:
                 exclude=tuple(self.tried),
             )
         except AccountsError as error:
-            raise self._explained(error) from None
+            refusal = error
+        if refusal is not None:
+            raise self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
@@ -78,14 +88,30 @@ class RoutedCall:
             {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
         )
         account = self._account(reservation.account)
+        missing = None
         try:
             secret = keys.resolve_key(account.key_env, self.declaration)
         except AccountsError as error:
+            missing = error
+        if missing is not None:
             self._settle(attempt_id, NotSent(), "not_sent", 0)
-            raise AccountsError(
-                error.code, f"account '{account.name}': {error.message}", account=account.name
-            ) from None
+            raise AccountsError(missing.code, f"account '{account.name}': {missing.message}", account=account.name)
         return Attempt(reservation, secret)
+
+    def _last_failure(self, refusal):
+        """The failure that made a new conversation move on, once no other account can take it."""
+        if not self.failures or refusal.code not in ("no_account_available", "budget_exhausted"):
+            return None
+        *earlier, (_, _, error) = self.failures
+        also = "; also tried " + ", ".join(f"{name} ({summary})" for name, summary, _ in earlier) if earlier else ""
+        rest = "; no other account could take it" + (" (budget_exhausted)" if refusal.code == "budget_exhausted" else "")
+        return AccountsError(
+            error.code,
+            f"{error.message}{also}{rest}",
+            account=error.account,
+            attempt_id=error.attempt_id,
+            http_status=error.http_status,
+        )
 
     def _explained(self, error):
         """A ceiling larger than every budget can never be admitted: say why and what helps."""
@@ -96,11 +122,15 @@ class RoutedCall:
             return error
         model = self.revision.model(self.quote.requested_model)
         window = f"{model.context_window:,}-token" if model else "whole"
+        small = self.revision.model(SMALL_WINDOW_MODEL)
+        if model is not None and small is not None and small.context_window < model.context_window:
+            advice = f"choose a model with a smaller window (such as claude-routed/{SMALL_WINDOW_MODEL}) or raise the budget"
+        else:
+            advice = "lower -o max_tokens or raise the budget"
         return AccountsError(
             error.code,
             f"{error.message}. The ceiling prices the model's {window} context window at its dearest input rate "
-            "plus max_tokens, which is more than a budget here: choose a model with a smaller window "
-            "(such as claude-routed/claude-haiku-4-5) or raise the budget",
+            f"plus max_tokens, which is more than a budget here: {advice}",
             account=error.account,
         )
 
@@ -128,47 +158,59 @@ class RoutedCall:
 
     # Outcomes ----------------------------------------------------------------------------------
 
-    def refused(self, attempt, status, raw_body):
-        """A non-200 answer. Returns True to try the next account, else raises the routed error."""
-        info = classify.parse_error_body(raw_body)
+    def refused(self, attempt, status, info):
+        """A non-200 answer, already reduced to closed-set ``info`` (``transport.read_refusal``).
+
+        Returns None to try the next account, else the routed error for the caller to raise
+        (raised by the caller, outside every frame that held the key or the response).
+        """
         outcome = classify.outcome_for_status(status)
         failure = classify.failure_class(status, info)
-        if info.documented and (400 <= status < 500 or status == 529):
+        documented = info.documented and (400 <= status < 500 or status == 529)
+        if documented:
             # A documented refusal is evidence nothing was processed: it settles at zero.
             evidence = Refused(outcome, status, info.provider_error_type, info.rejection_class, failure)
             self._settle(attempt.id, evidence, outcome, 0)
         else:
             self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
         attempt.secret = None
-        if status in MOVE_ON_STATUSES and info.documented and self._may_move_on():
-            return True
-        code = classify.error_code_for(outcome)
-        detail = f"{info.provider_error_type}" + (
+        detail = info.provider_error_type + (
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
         )
-        raise AccountsError(
-            code,
-            f"account '{attempt.account}' answered HTTP {status} {detail}; attempt {attempt.id}",
+        fate = "nothing was billed" if documented else "the attempt stays open with its ceiling until reconciled"
+        error = AccountsError(
+            classify.error_code_for(outcome),
+            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
             http_status=status,
         )
+        if status in MOVE_ON_STATUSES and documented and self._may_move_on():
+            self.failures.append((attempt.account, f"HTTP {status}", error))
+            return None
+        return error
 
-    def transport_failed(self, attempt, error):
-        """The connection failed. Returns True to try the next account, else raises."""
+    def transport_failed(self, attempt, failure):
+        """The connection failed (``transport.TransportFailure``). Returns None to try the next
+        account, else the routed error for the caller to raise."""
         attempt.secret = None
-        if transport.never_sent(error):
+        if failure.never_sent:
             self._settle(attempt.id, NotSent(), "not_sent", 0)
-            if self._may_move_on():
-                return True
+            fate = "nothing was sent"
         else:
             self._settle(attempt.id, Unknown("transport_error", "transport"), "transport_error", None)
-        raise AccountsError(
+            fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
+        error = AccountsError(
             "transport_error",
-            f"account '{attempt.account}': the connection failed ({type(error).__name__}); attempt {attempt.id}",
+            f"account '{attempt.account}' could not be reached ({failure.kind}, failure class transport); "
+            f"{fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
         )
+        if failure.never_sent and self._may_move_on():
+            self.failures.append((attempt.account, failure.kind, error))
+            return None
+        return error
 
     def completed(self, attempt, message, request_id=None):
         """Settle a finished message from its usage; returns the ``routing`` object for llm logs."""
@@ -183,6 +225,11 @@ class RoutedCall:
             evidence = Complete(cost, _numeric_usage(usage), served, _request_id(request_id))
             self._settle(attempt.id, evidence, "complete", cost)
         return self.routing(paid_by=attempt.account)
+
+    def not_sent(self, attempt):
+        """The caller gave up before the request was built: proven never sent."""
+        attempt.secret = None
+        self._settle(attempt.id, NotSent(), "not_sent", 0)
 
     def stream_failed(self, attempt, outcome, failure_class=None):
         """A stream that ended without complete usage: the attempt stays open (unknown)."""
@@ -206,19 +253,23 @@ class UnroutedCall:
     def begin(self):
         return Attempt(reservation=None, secret=keys.Secret(self.key))
 
-    def refused(self, attempt, status, raw_body):
-        info = classify.parse_error_body(raw_body)
-        raise AccountsError(
+    def refused(self, attempt, status, info):
+        return AccountsError(
             classify.error_code_for(classify.outcome_for_status(status)),
             f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared)",
             http_status=status,
         )
 
-    def transport_failed(self, attempt, error):
-        raise AccountsError("transport_error", f"the connection failed ({type(error).__name__}) (unrouted)")
+    def transport_failed(self, attempt, failure):
+        return AccountsError(
+            "transport_error", f"Anthropic could not be reached ({failure.kind}) (unrouted: no accounts declared)"
+        )
 
     def completed(self, attempt, message, request_id=None):
         return None
+
+    def not_sent(self, attempt):
+        pass
 
     def stream_failed(self, attempt, outcome, failure_class=None):
         pass

@@ -5,14 +5,19 @@ clients are made with ``trust_env=False`` (no proxy or netrc from the environmen
 follow redirects, so the key goes only to the validated base URL (ADR-0126 D2).
 """
 
+import dataclasses
+import errno
 import functools
 import ipaddress
+import logging
 import os
+import socket
 import time
 import urllib.parse
 
 import httpx
 
+from . import classify
 from .errors import AccountsError
 from .payload import ANTHROPIC_VERSION
 
@@ -76,10 +81,12 @@ def _ssl_context():
 
 
 def client():
+    _quiet_header_traces()
     return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
 
 
 def async_client():
+    _quiet_header_traces()
     return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
 
 
@@ -100,11 +107,11 @@ class _BoundedBody:
         return b"".join(self.chunks)[: ERROR_BODY_LIMIT + 1]
 
 
-def read_error_body(response):
-    """Read a bounded error body; never raises (a broken body reads as what arrived)."""
+def _bounded(chunks):
+    """At most the bound of an error body from ``chunks``; a broken body reads as what arrived."""
     body = _BoundedBody()
     try:
-        for chunk in response.iter_bytes():
+        for chunk in chunks:
             if body.add(chunk):
                 break
     except httpx.HTTPError:
@@ -112,7 +119,16 @@ def read_error_body(response):
     return body.bytes()
 
 
-async def aread_error_body(response):
+def read_refusal(response):
+    """Read, classify and drop a non-200 body: only closed-set values leave this function.
+
+    The body is parsed here and nowhere else, so no frame, exception or log outside it ever
+    holds provider text (docs/errors.md).
+    """
+    return classify.parse_error_body(_bounded(response.iter_bytes()))
+
+
+async def aread_refusal(response):
     body = _BoundedBody()
     try:
         async for chunk in response.aiter_bytes():
@@ -120,9 +136,77 @@ async def aread_error_body(response):
                 break
     except httpx.HTTPError:
         pass
-    return body.bytes()
+    return classify.parse_error_body(body.bytes())
 
 
-def never_sent(error):
-    """True when httpx proves the request never left: the connection was not established."""
-    return isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol))
+@dataclasses.dataclass(frozen=True)
+class TransportFailure:
+    """What may be kept of a failed connection: a closed-set description, never the exception
+    (whose request carries the key's header)."""
+
+    kind: str
+    never_sent: bool
+
+
+# errno values a failed connect reports, as the words a person reads (closed set).
+_ERRNO_KINDS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ENETUNREACH: "network unreachable",
+    errno.EHOSTUNREACH: "host unreachable",
+    errno.ETIMEDOUT: "timed out",
+    errno.ECONNRESET: "connection reset",
+    errno.EPIPE: "connection closed",
+}
+
+
+def describe_failure(error):
+    """A ``TransportFailure`` for an httpx error; reads only types and errno numbers.
+
+    ``never_sent`` is true only when httpx proves the request never left: the connection was not
+    established (docs/design.md "Failover").
+    """
+    never = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol))
+    kind = None
+    cause, seen = error, 0
+    while cause is not None and seen < 8 and kind is None:
+        if isinstance(cause, socket.gaierror):
+            kind = "host name not resolved"
+        elif isinstance(cause, OSError) and cause.errno in _ERRNO_KINDS:
+            kind = _ERRNO_KINDS[cause.errno]
+        cause, seen = cause.__cause__ or cause.__context__, seen + 1
+    if kind is None:
+        kind = _KIND_FOR_TYPE.get(type(error), "connection failed")
+    return TransportFailure(kind, never)
+
+
+_KIND_FOR_TYPE = {
+    httpx.ConnectTimeout: "timed out connecting",
+    httpx.ReadTimeout: "timed out waiting for the answer",
+    httpx.WriteTimeout: "timed out sending the request",
+    httpx.PoolTimeout: "no connection free",
+    httpx.ConnectError: "connection failed",
+    httpx.ReadError: "connection broke while reading",
+    httpx.WriteError: "connection broke while sending",
+    httpx.RemoteProtocolError: "the server broke the HTTP protocol",
+    httpx.UnsupportedProtocol: "unsupported URL scheme",
+}
+
+
+class _EventNamesOnly(logging.Filter):
+    """httpcore's DEBUG trace prints response headers and exception text, which a hostile
+    provider can fill with anything it was sent; these loggers keep only the event's name
+    (``receive_response_headers.complete``), never its values (docs/security.md)."""
+
+    def filter(self, record):
+        record.msg, record.args = str(record.msg).split(" ", 1)[0], None
+        return True
+
+
+_TRACE_LOGGERS = ("httpcore.http11", "httpcore.http2", "httpcore.connection", "httpcore.proxy", "httpcore.socks")
+
+
+@functools.lru_cache(maxsize=1)
+def _quiet_header_traces():
+    trace = _EventNamesOnly()
+    for name in _TRACE_LOGGERS:
+        logging.getLogger(name).addFilter(trace)
