@@ -102,7 +102,9 @@ def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=
             "(llm -m claude-routed ...), or set LLM_ACCOUNTS_LEDGER to an existing ledger",
         )
     from .declarations import load_declaration
+    from .ledger import Ledger
 
+    Ledger(ledger).close()  # a ledger it cannot open is refused here, in one line, not by Datasette
     environ = os.environ if environ is None else environ
     declaration = load_declaration()  # an invalid declaration refuses rather than guess key names
     env = child_environment(

@@ -280,10 +280,24 @@ class Ledger:
         )
 
     def _map(self, error):
-        text = str(error)
-        if isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        """``ledger_busy`` for a lock, else ``ledger_unavailable`` naming SQLite's error code.
+        SQLite's text is never repeated: it can quote the file's schema, any bytes on any number
+        of lines."""
+        text = str(error)  # tested, never shown
+        if isinstance(error, UnicodeDecodeError) or text.startswith("Could not decode to UTF-8"):
+            return self._unavailable("SQLite could not read it: it holds text that is not UTF-8")
+        if not hasattr(error, "sqlite_errorname"):  # before Python 3.11 only the text tells
+            if isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+                return _busy()
+            return self._unavailable("SQLite refused it")
+        name = error.sqlite_errorname or ""
+        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
             return _busy()
-        return self._unavailable(f"SQLite refused it ({text})")
+        if name.startswith("SQLITE_CORRUPT"):
+            return self._unavailable("SQLite reports it is corrupt (SQLITE_CORRUPT)")
+        if name == "SQLITE_NOTADB":
+            return self._unavailable("not an SQLite database (SQLITE_NOTADB)")
+        return self._unavailable(f"SQLite refused it ({name})" if re.fullmatch(r"SQLITE_[A-Z_]+", name) else "SQLite refused it")
 
     def _run(self, op, fn, *args, write=True, transaction=True):
         """Run ``fn(conn, *args)`` in one transaction; log one DEBUG event (Amendment 6)."""
@@ -310,7 +324,7 @@ class Ledger:
             raise self._unavailable("the ledger is closed")
         try:
             conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:
             raise self._map(error) from None
         try:
             result = fn(conn, *args)
@@ -321,7 +335,7 @@ class Ledger:
                     conn.execute("ROLLBACK")
                 except sqlite3.Error:
                     pass
-            if isinstance(error, sqlite3.Error):
+            if isinstance(error, (sqlite3.Error, UnicodeDecodeError)):
                 raise self._map(error) from None
             raise
         if isinstance(result, _Deferred):
@@ -335,6 +349,8 @@ class Ledger:
             self._open_file()
         except OSError as error:
             raise self._unavailable(f"it cannot be opened ({error.strerror or type(error).__name__})") from None
+        except (sqlite3.Error, UnicodeDecodeError) as error:
+            raise self._map(error) from None
 
     def _open_file(self):
         path = self.path
@@ -343,13 +359,17 @@ class Ledger:
         if not path.parent.exists():
             path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(path.parent, 0o700)
+        created_empty = False
         if not path.exists():
-            try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            except FileExistsError:
-                pass
+            created_empty = self._create(path)
         with open(path, "rb") as f:
             header = f.read(len(SQLITE_MAGIC))
+        if not header and not created_empty:
+            # Only a missing ledger is created: an empty file may be a ledger that lost its contents.
+            raise self._unavailable(
+                "it is an empty file, which may be a truncated ledger; remove it, or set "
+                "LLM_ACCOUNTS_LEDGER to another file, to start a new ledger"
+            )
         if header and header != SQLITE_MAGIC:
             raise self._unavailable("not an SQLite database")
         conn = sqlite3.connect(
@@ -361,10 +381,38 @@ class Ledger:
         except AccountsError:
             conn.close()
             raise
-        except sqlite3.Error as error:
+        except (sqlite3.Error, UnicodeDecodeError) as error:
             conn.close()
             raise self._map(error) from None
         self._conn = conn
+
+    def _create(self, path):
+        """Create the missing ledger ``path`` whole: built under a temporary name beside it, then
+        hard-linked into place, so no process ever finds it empty. If another process's ledger got
+        there first, that one is used. Where the file system has no hard links, an empty file is
+        created in place instead and True returned, for this open to fill (a process opening it
+        meanwhile finds it empty and refuses)."""
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+        os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            conn = sqlite3.connect(str(temporary), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                self._prepare(conn)
+            finally:
+                conn.close()
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                pass
+            except OSError:
+                try:
+                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                    return True
+                except FileExistsError:
+                    pass
+        finally:
+            os.unlink(temporary)
+        return False
 
     def _prepare(self, conn):
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
@@ -374,6 +422,8 @@ class Ledger:
             # ADR-0126 D4: rollback journal. A file someone switched to WAL is switched back.
             if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
                 raise self._unavailable("it is in WAL mode and could not be switched back to a rollback journal")
+        if not _schema_text_is_utf8(conn):
+            raise self._unavailable("its schema holds text that is not UTF-8, so it is damaged or not a ledger")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, schema.VERSION):
             raise self._unavailable(
@@ -1220,6 +1270,24 @@ def _column_names(conn, table):
 
 
 _INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
+
+
+def _schema_text_is_utf8(conn):
+    """Whether every name and statement in sqlite_master is UTF-8 (read as bytes, so a bad one is
+    found here rather than as a decoding error quoting it)."""
+    conn.text_factory = bytes
+    try:
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
+    finally:
+        conn.text_factory = str
+    try:
+        for row in rows:
+            for value in row:
+                if isinstance(value, bytes):
+                    value.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _schema_complete(conn):
