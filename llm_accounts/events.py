@@ -9,9 +9,9 @@ import json
 
 from llm.parts import StreamEvent
 
-from . import payload, scrub
+from . import payload, scrub, wire
 from .errors import AccountsError
-from .wire import MessageAssembler, SSEDecoder
+from .wire import Malformed, MessageAssembler, SSEDecoder
 
 
 class Projector:
@@ -19,18 +19,28 @@ class Projector:
 
     Every event that carries no text into a join is a pause for the scrubber (Amendment 1), so
     held text is released inside the block it belongs to.
+
+    A tool_use block's input is held until its ``content_block_stop``, then parsed and scrubbed
+    on its decoded value (a key written with JSON escapes has no run in the raw text), and only
+    then emitted: as ``tool_call_args``, or as text for the ``--schema`` tool, whose input is the
+    answer. Tool input is not shown as it streams, and a schema answer is one small object, so
+    holding it costs little. The block's id and name are matched like every other string, and
+    the assembled block is replaced by its scrubbed copy, so the final message carries the same
+    values the events did.
     """
 
-    CHANNEL_TYPES = {"text": "text", "reasoning": "reasoning", "tool_args": "tool_call_args"}
+    CHANNEL_TYPES = {"text": "text", "reasoning": "reasoning"}
 
     def __init__(self, secret_text):
         self.key = secret_text
         self.scrubber = scrub.StreamScrubber(secret_text)
         self.index = None
         self.tool_call_id = None
+        self.tool = None  # the open tool_use block's scrubbed id and name, until it stops
         self.schema_answer = False
 
-    def events(self, event):
+    def events(self, event, assembler=None):
+        """The StreamEvents for one event ``assembler`` has already applied."""
         kind = event.get("type")
         if kind == "content_block_delta":
             delta = event.get("delta") or {}
@@ -39,10 +49,6 @@ class Projector:
                 return self._release(self.scrubber.feed("text", delta.get("text", "")))
             if dtype == "thinking_delta":
                 return self._release(self.scrubber.feed("reasoning", delta.get("thinking", "")))
-            if dtype == "input_json_delta":
-                # The --schema tool's input is the answer itself, shown as text.
-                channel = "text" if self.schema_answer else "tool_args"
-                return self._release(self.scrubber.feed(channel, delta.get("partial_json", "")))
             out = self._release(self.scrubber.pause())
             if dtype == "signature_delta":
                 signature = self.scrubber.other(delta.get("signature", ""))
@@ -55,11 +61,11 @@ class Projector:
             self.tool_call_id = None
             btype = block.get("type")
             self.schema_answer = btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL
-            if self.schema_answer:
-                pass
-            elif btype == "tool_use":
-                self.tool_call_id = block.get("id")
-                out.append(self._event("tool_call_name", self.scrubber.other(block.get("name", ""))))
+            if btype == "tool_use":
+                self.tool = (self.scrubber.other(block.get("id", "")), self.scrubber.other(block.get("name", "")))
+                if not self.schema_answer:
+                    self.tool_call_id = self.tool[0]
+                    out.append(self._event("tool_call_name", self.tool[1]))
             elif btype == "redacted_thinking":
                 data = self.scrubber.other(block.get("data", ""))
                 out.append(
@@ -69,7 +75,20 @@ class Projector:
                 raise AccountsError(
                     "unsupported_pricing", "the response holds a content block this plugin does not price"
                 )
+        elif kind == "content_block_stop" and self.tool is not None:
+            out.append(self._tool_finished(assembler, event["index"]))
         return out
+
+    def _tool_finished(self, assembler, index):
+        """Scrub the stopped tool block's parsed input; put the clean block back; one event for it."""
+        tool_id, name = self.tool
+        self.tool = None
+        block = assembler.block(index)
+        clean = {**block, "id": tool_id, "name": name, "input": scrub.scrub_value(block["input"], self.key)}
+        assembler.replace_block(index, clean)
+        if self.schema_answer:
+            return self._event("text", json.dumps(clean["input"]))
+        return self._event("tool_call_args", json.dumps(clean["input"]))
 
     def finish(self):
         return self._release(self.scrubber.flush())
@@ -84,7 +103,13 @@ class Projector:
 
 
 def message_events(message, secret_text):
-    """StreamEvents for a whole (non-streamed) message, from its scrubbed JSON."""
+    """StreamEvents for a whole (non-streamed) message, from its scrubbed JSON.
+
+    A message that is not well formed yields none (``wire.message_problem``; the caller settles
+    and reports it).
+    """
+    if wire.message_problem(message) is not None:
+        return []
     clean = scrub.scrub_json(message, secret_text) if secret_text else message
     events = []
     for index, block in enumerate(clean.get("content") or [], start=1):
@@ -122,28 +147,33 @@ class StreamReader:
         self.decoder = SSEDecoder()
         self.assembler = MessageAssembler()
         self.projector = Projector(secret_text)
+        self.malformed = None  # what made the stream not a Messages stream (our text, not theirs)
 
     @property
     def done(self):
-        """message_stop, or a mid-stream error: nothing after it is read."""
-        return self.assembler.complete or self.assembler.error_type is not None
+        """message_stop, a mid-stream error or a malformed event: nothing after it is read."""
+        return self.assembler.complete or self.assembler.error_type is not None or self.malformed is not None
 
     @property
     def complete(self):
-        return self.assembler.complete
+        return self.assembler.complete and self.malformed is None
 
     def feed(self, line):
         item = self.decoder.feed(line)
-        if item is None:
-            return []
+        if item is None or self.malformed is not None or not item[1]:
+            return []  # an event without data is not dispatched
         try:
             event = json.loads(item[1])
-        except ValueError:
+        except (ValueError, RecursionError):
+            event = None
+        try:
+            if not isinstance(event, dict):
+                raise Malformed("an event's data is not a JSON object")
+            self.assembler.apply(event)
+            return self.projector.events(event, self.assembler)
+        except Malformed as error:
+            self.malformed = str(error)
             return []
-        if not isinstance(event, dict):
-            return []
-        self.assembler.apply(event)
-        return self.projector.events(event)
 
     def finish(self):
         return self.projector.finish()
@@ -159,7 +189,13 @@ class StreamReader:
         return "stream_closed", None
 
     def failure(self):
-        """Outcome and failure class of a stream that ended without message_stop."""
+        """Outcome and failure class of a stream that ended without message_stop.
+
+        A malformed stream is a ``stream_error`` too (the provider's answer broke off midway),
+        with no failure class: it is no documented evidence about the account's health.
+        """
+        if self.malformed is not None:
+            return "stream_error", None
         if self.assembler.error_type is not None:
             outage = self.assembler.error_type in ("overloaded_error", "api_error")
             return "stream_error", ("provider_outage" if outage else None)

@@ -171,6 +171,26 @@ def scrub_text(text: str, key: str) -> str:
     return _render(text, _Key(key).masked(text))
 
 
+def scrub_value(value, key):
+    """A new copy of a parsed JSON value with every string, dict name and number's text matched
+    on its own (a streamed tool block's input, read whole once its block ends)."""
+    return _scrub_value(_Key(key), value)
+
+
+def run_detector(key):
+    """A test for whole strings: ``holds(text)`` is whether ``text`` holds a run of ``key``.
+
+    For strings that are kept or dropped whole (a request id, a served model name, a usage
+    field), never masked, so there are no beginnings to mask either.
+    """
+    k = _Key(key)
+
+    def holds(text):
+        return bool(k.run_starts(text))
+
+    return holds
+
+
 def scrub_other(value: str, key: str) -> str:
     """Mask a stream event's other string value, matched on its own (Amendment 1).
 
