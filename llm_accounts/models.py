@@ -14,111 +14,19 @@ from typing import Optional, Union
 
 import httpx
 import llm
-from pydantic import Field, field_validator, model_validator
 
 from . import classify, payload, scrub, transport
 from .errors import AccountsError
 from .events import StreamReader, message_events
+from .wire import message_problem, usage_problem
 from .ledger import run_async
-from .records import CLIENT_RE
+from .options import RoutedOptions, check_prompt, not_utf8
 
 ROUTED_ID = "claude-routed"
 DEFAULT_MODEL = "claude-sonnet-4-6"
 ATTACHMENT_TYPES = frozenset(
     {"image/png", "image/jpeg", "image/webp", "image/gif", "application/pdf"}
 )
-
-
-class RoutedOptions(llm.Options):
-    max_tokens: Optional[int] = Field(
-        description="The maximum number of tokens to generate (also sets the price ceiling)",
-        default=None,
-    )
-    temperature: Optional[float] = Field(description="Sampling temperature, 0.0 to 1.0", default=None)
-    top_p: Optional[float] = Field(description="Nucleus sampling, 0.0 to 1.0", default=None)
-    top_k: Optional[int] = Field(description="Sample from the top K options only", default=None)
-    stop_sequences: Optional[Union[list, str]] = Field(
-        description="Custom text sequences that stop generation (a string or a JSON list)",
-        default=None,
-    )
-    cache: Optional[str] = Field(
-        description="Prompt caching: none, 5m or 1h (1h marks the system prompt for warm-prefix routing)",
-        default=None,
-    )
-    thinking: Optional[bool] = Field(description="Enable extended thinking", default=None)
-    thinking_budget: Optional[int] = Field(
-        description="Extended thinking token budget (at least 1024)", default=None
-    )
-    account: Optional[str] = Field(
-        description="Pin a new conversation to this account (a bound conversation keeps its own)",
-        default=None,
-    )
-    client: Optional[str] = Field(
-        description="Client label recorded on each attempt and checked against client caps (default: $LLM_ACCOUNTS_CLIENT)",
-        default=None,
-    )
-
-    @field_validator("stop_sequences")
-    @classmethod
-    def validate_stop_sequences(cls, value):
-        if isinstance(value, str):
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                return [value]
-            value = parsed if isinstance(parsed, list) else [value]
-        if value is not None and not all(isinstance(item, str) and item for item in value):
-            raise ValueError("stop_sequences must be a string or a list of non-empty strings")
-        return value
-
-    @field_validator("temperature", "top_p")
-    @classmethod
-    def validate_unit_interval(cls, value):
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise ValueError("must be between 0.0 and 1.0")
-        return value
-
-    @field_validator("top_k", "max_tokens")
-    @classmethod
-    def validate_positive(cls, value):
-        if value is not None and value <= 0:
-            raise ValueError("must be a positive integer")
-        return value
-
-    @field_validator("thinking_budget")
-    @classmethod
-    def validate_thinking_budget(cls, value):
-        if value is not None and value < 1024:
-            raise ValueError("thinking_budget must be at least 1024")
-        return value
-
-    @field_validator("cache")
-    @classmethod
-    def validate_cache(cls, value):
-        if value is not None and value not in payload.CACHE_TTLS:
-            raise ValueError("cache must be one of: none, 5m, 1h")
-        return value
-
-    @field_validator("account")
-    @classmethod
-    def validate_label(cls, value):
-        if value is not None and not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", value):
-            raise ValueError("must match [a-z][a-z0-9_-]{0,31}")
-        return value
-
-    @field_validator("client")
-    @classmethod
-    def validate_client(cls, value):
-        # The ledger's client rule, so every label a declaration may cap can be given here.
-        if value is not None and (not CLIENT_RE.fullmatch(value) or "sk-ant" in value.lower()):
-            raise ValueError("must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
-        return value
-
-    @model_validator(mode="after")
-    def validate_sampling(self):
-        if self.temperature is not None and self.top_p is not None:
-            raise ValueError("set temperature or top_p, not both")
-        return self
 
 
 class _Shared:
@@ -155,7 +63,11 @@ class _Shared:
     def _prepare(self, prompt, stream, conversation, key):
         from .declarations import load_declaration
 
-        body = payload.freeze(payload.build_body(prompt, self.claude_model_id, stream=stream))
+        check_prompt(prompt)
+        try:
+            body = payload.freeze(payload.build_body(prompt, self.claude_model_id, stream=stream))
+        except UnicodeEncodeError:
+            raise not_utf8("conversation") from None
         declaration = load_declaration()
         if not declaration.routed:
             from .routing import UnroutedCall
@@ -177,7 +89,18 @@ class _Shared:
         )
 
     def _finish(self, response, call, attempt, message, secret_text, request_id):
-        """Settle, then hand llm the scrubbed message, its usage and the routing record."""
+        """Settle, then hand llm the scrubbed message, its usage and the routing record.
+
+        An answer that is not a well-formed message, or whose usage holds a count that is not a
+        count, cannot be priced: its attempt stays open with its ceiling (unknown is never zero)
+        and ``provider_error`` is raised.
+        """
+        problem, outcome = message_problem(message), "provider_error"
+        if problem is None:
+            problem, outcome = usage_problem(message.get("usage")), "usage_incomplete"
+        if problem is not None:
+            call.stream_failed(attempt, outcome)
+            raise _malformed(attempt, problem)
         routing = call.completed(attempt, message, request_id)
         clean = scrub.scrub_json(message, secret_text) if secret_text else dict(message)
         usage = clean.pop("usage", None) or {}
@@ -203,7 +126,26 @@ def set_usage(response, usage):
     if details.get("inference_geo") == "not_available":
         del details["inference_geo"]
     response.set_usage(
-        input=usage.get("input_tokens"), output=usage.get("output_tokens"), details=details or None
+        input=_count_or_none(usage.get("input_tokens")),
+        output=_count_or_none(usage.get("output_tokens")),
+        details=details or None,
+    )
+
+
+def _count_or_none(value):
+    # A count the scrubber masked (its digits held a run of the key) is text now: not a count.
+    return value if type(value) is int else None
+
+
+def _malformed(attempt, problem):
+    """The routed error for an answer that is not a well-formed message (``problem`` is our text)."""
+    if attempt.reservation is None:
+        return AccountsError("provider_error", f"the response was malformed: {problem}")
+    return AccountsError(
+        "provider_error",
+        f"account '{attempt.account}': the response was malformed: {problem}; the attempt stays open with its ceiling until reconciled (attempt {attempt.id})",
+        account=attempt.account,
+        attempt_id=attempt.id,
     )
 
 

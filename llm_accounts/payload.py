@@ -25,10 +25,10 @@ def freeze(body):
 
 
 def build_body(prompt, model_id, *, stream):
-    """The request body for ``prompt`` on ``model_id``; raises ValueError for bad combinations."""
+    """The request body for ``prompt`` on ``model_id``; raises ``declaration_invalid`` for bad combinations."""
     options = prompt.options
     if prompt.schema and prompt.tools:
-        raise ValueError("--schema and tools cannot be used in the same prompt")
+        raise AccountsError("declaration_invalid", "--schema and tools cannot be used in the same prompt")
     body = {"model": model_id, "max_tokens": options.max_tokens or DEFAULT_MAX_TOKENS}
 
     system = _system_text(prompt)
@@ -78,8 +78,8 @@ def build_body(prompt, model_id, *, stream):
         budget = options.thinking_budget or DEFAULT_THINKING_BUDGET
         body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if body["max_tokens"] <= budget:
-            raise ValueError(
-                "max_tokens must be greater than thinking_budget: set -o max_tokens higher"
+            raise AccountsError(
+                "declaration_invalid", "options max_tokens and thinking_budget: max_tokens must be greater than thinking_budget"
             )
     if stream:
         body["stream"] = True
@@ -118,7 +118,7 @@ def build_messages(prompt):
         if message.role == "system":
             if index == 0:
                 continue  # sent as the top-level system prompt
-            raise ValueError("only the first message may have the system role")
+            raise AccountsError("declaration_invalid", "only the first message may have the system role")
         blocks = [block for block in map(_block, message.parts) if block is not None]
         if message.role == "assistant":
             blocks = _drop_spacer_after_tool_use(blocks)

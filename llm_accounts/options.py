@@ -1,0 +1,182 @@
+"""The options of ``claude-routed`` and the checks a prompt passes before anything is reserved.
+
+A mistake in an option is not raised while llm parses ``-o``: llm would print pydantic's
+two-line form with no code. It is kept as an ``Invalid`` value and refused by ``check_prompt``
+as one ``declaration_invalid`` line naming the option and the rule, never the value given
+(which could be a key pasted in the wrong place). See docs/errors.md.
+"""
+
+import json
+import re
+from typing import Optional, Union
+
+import llm
+import pydantic
+from llm.parts import TextPart
+from pydantic import Field, field_validator
+
+from . import payload
+from .errors import AccountsError
+from .records import CLIENT_RE
+
+
+class Invalid:
+    """An option value that broke ``rule``; the value itself is not kept."""
+
+    __slots__ = ("rule",)
+
+    def __init__(self, rule):
+        self.rule = rule
+
+    def __repr__(self):
+        return "Invalid()"
+
+
+def _rule(error):
+    message = error.get("msg") or "invalid value"
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if message.startswith(prefix):
+            message = message[len(prefix):]
+    return message[:1].lower() + message[1:]
+
+
+class RoutedOptions(llm.Options):
+    # Unknown names are kept, then refused by check_prompt in one line.
+    model_config = pydantic.ConfigDict(extra="allow")
+
+    max_tokens: Optional[int] = Field(
+        description="The maximum number of tokens to generate (also sets the price ceiling)",
+        default=None,
+    )
+    temperature: Optional[float] = Field(description="Sampling temperature, 0.0 to 1.0", default=None)
+    top_p: Optional[float] = Field(description="Nucleus sampling, 0.0 to 1.0", default=None)
+    top_k: Optional[int] = Field(description="Sample from the top K options only", default=None)
+    stop_sequences: Optional[Union[list, str]] = Field(
+        description="Custom text sequences that stop generation (a string or a JSON list)",
+        default=None,
+    )
+    cache: Optional[str] = Field(
+        description="Prompt caching: none, 5m or 1h (1h marks the system prompt for warm-prefix routing)",
+        default=None,
+    )
+    thinking: Optional[bool] = Field(description="Enable extended thinking", default=None)
+    thinking_budget: Optional[int] = Field(
+        description="Extended thinking token budget (at least 1024)", default=None
+    )
+    account: Optional[str] = Field(
+        description="Pin a new conversation to this account (a bound conversation keeps its own)",
+        default=None,
+    )
+    client: Optional[str] = Field(
+        description="Client label recorded on each attempt and checked against client caps (default: $LLM_ACCOUNTS_CLIENT)",
+        default=None,
+    )
+
+    @field_validator("stop_sequences")
+    @classmethod
+    def validate_stop_sequences(cls, value):
+        if isinstance(value, str):
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return [value]
+            value = parsed if isinstance(parsed, list) else [value]
+        if value is not None and not all(isinstance(item, str) and item for item in value):
+            raise ValueError("must be a string or a JSON list of non-empty strings")
+        return value
+
+    @field_validator("temperature", "top_p")
+    @classmethod
+    def validate_unit_interval(cls, value):
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ValueError("must be between 0.0 and 1.0")
+        return value
+
+    @field_validator("top_k", "max_tokens")
+    @classmethod
+    def validate_positive(cls, value):
+        if value is not None and value <= 0:
+            raise ValueError("must be a positive integer")
+        return value
+
+    @field_validator("thinking_budget")
+    @classmethod
+    def validate_thinking_budget(cls, value):
+        if value is not None and value < 1024:
+            raise ValueError("must be an integer of at least 1024")
+        return value
+
+    @field_validator("cache")
+    @classmethod
+    def validate_cache(cls, value):
+        if value is not None and value not in payload.CACHE_TTLS:
+            raise ValueError("must be one of: none, 5m, 1h")
+        return value
+
+    @field_validator("account")
+    @classmethod
+    def validate_label(cls, value):
+        if value is not None and not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", value):
+            raise ValueError("must match [a-z][a-z0-9_-]{0,31}")
+        return value
+
+    @field_validator("client")
+    @classmethod
+    def validate_client(cls, value):
+        # The ledger's client rule, so every label a declaration may cap can be given here.
+        if value is not None and (not CLIENT_RE.fullmatch(value) or "sk-ant" in value.lower()):
+            raise ValueError("must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
+        return value
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def defer_mistakes(cls, value, handler, info):
+        """A mistake is kept as an ``Invalid`` value and refused by ``check_prompt`` in one line
+        with its code; llm would print pydantic's two-line form (docs/errors.md)."""
+        if isinstance(value, Invalid):
+            return value
+        try:
+            return handler(value)
+        except pydantic.ValidationError as error:
+            return Invalid(_rule(error.errors()[0]))
+
+
+def check_prompt(prompt):
+    """Refuse, before anything is reserved, what no account should be charged for: an invalid
+    option, options that exclude each other, an empty turn, text that is not UTF-8."""
+    options = prompt.options
+    for name in type(options).model_fields:
+        value = getattr(options, name, None)
+        if isinstance(value, Invalid):
+            raise AccountsError("declaration_invalid", f"option {name}: {value.rule} (see llm models --options)")
+    for name in options.model_extra or {}:
+        shown = "an option name that looks like a key" if "sk-ant" in name.lower() else f"option {name}"
+        raise AccountsError("declaration_invalid", f"{shown}: claude-routed has no such option (see llm models --options)")
+    if options.temperature is not None and options.top_p is not None:
+        raise AccountsError("declaration_invalid", "options temperature and top_p: set one of them, not both")
+    for what, text in (("prompt", prompt.prompt), ("system prompt", prompt.system)):
+        if isinstance(text, str) and not is_utf8(text):
+            raise not_utf8(what)
+    if not _has_turn(prompt.messages):
+        raise AccountsError("declaration_invalid", "the prompt is empty: give some text, an attachment or a tool result to send")
+
+
+def not_utf8(what):
+    return AccountsError(
+        "declaration_invalid", f"the {what} holds bytes that are not UTF-8 text: re-encode it as UTF-8 (for example with iconv)"
+    )
+
+
+def is_utf8(text):
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _has_turn(messages):
+    """The last message is the caller's and holds something to answer."""
+    if not messages or messages[-1].role in ("system", "assistant"):
+        return False
+    return any(not isinstance(part, TextPart) or part.text.strip() for part in messages[-1].parts)
