@@ -45,9 +45,16 @@ def child_environment(environ, key_envs, secrets=()):
 
 def declared_keys(declaration, environ):
     """The declared accounts' keys, resolved as a routed call would resolve them, only so the
-    child's environment can be checked against them. A key that does not resolve is not compared."""
+    child's environment can be checked against them. A key that does not resolve is not compared.
+
+    The secret lookup command is not run: browsing must never wake a password manager, and a key
+    only that command knows reaches this environment only as a copy, which the ``sk-ant`` rule
+    drops anyway."""
+    import dataclasses
+
     from .keys import resolve_key
 
+    declaration = dataclasses.replace(declaration, lookup=None)
     found = []
     for account in declaration.accounts:
         try:
