@@ -16,6 +16,8 @@ import uuid
 from . import catalog, classify, keys, pricing
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
+from .money import INT64_MAX
+from .scrub import run_detector
 
 MAX_ACCOUNTS = 4  # ADR-0055's bound on moving on
 MOVE_ON_STATUSES = (429, 529)
@@ -213,16 +215,33 @@ class RoutedCall:
         return error
 
     def completed(self, attempt, message, request_id=None):
-        """Settle a finished message from its usage; returns the ``routing`` object for llm logs."""
+        """Settle a finished message from its usage; returns the ``routing`` object for llm logs.
+
+        What the ledger keeps of the provider's strings is matched against the key's runs first:
+        a request id or a usage field holding a run is not stored at all (a masked id identifies
+        nothing), and a served model holding one is no model the revision prices, so the attempt
+        stays open as usage_incomplete.
+        """
+        holds = run_detector(attempt.secret.reveal()) if attempt.secret is not None else _holds_nothing
         attempt.secret = None
         usage = message.get("usage") or {}
         served = message.get("model") or self.quote.requested_model
+        if not isinstance(served, str) or holds(served):
+            served = None
         cost = pricing.settlement_cost(usage, served, self.body, self.revision)
-        if cost is None:
+        if cost is None or cost > INT64_MAX:
             # Unknown is never zero: incomplete usage keeps the ceiling open (ADR-0126 D5).
             self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
+            if cost is not None:
+                raise AccountsError(
+                    "provider_error",
+                    f"account '{attempt.account}': the response's usage prices beyond what the ledger can record; "
+                    f"the attempt stays open with its ceiling until reconciled (attempt {attempt.id})",
+                    account=attempt.account,
+                    attempt_id=attempt.id,
+                )
         else:
-            evidence = Complete(cost, _numeric_usage(usage), served, _request_id(request_id))
+            evidence = Complete(cost, _numeric_usage(usage, holds), served, _request_id(request_id, holds))
             self._settle(attempt.id, evidence, "complete", cost)
         return self.routing(paid_by=attempt.account)
 
@@ -282,23 +301,44 @@ def scope_for(conversation, instance_id):
     return Scope("instance", instance_id)
 
 
-def _numeric_usage(usage):
-    """Only numbers (and nested numbers) are kept: no provider text reaches the ledger."""
+def _holds_nothing(text):
+    return False
+
+
+def _numeric_usage(usage, holds=_holds_nothing):
+    """Only counts (and nested counts) are kept: no provider text reaches the ledger, and no
+    field whose name or digits hold a run of the key."""
+
+    def count(name, value):
+        return (
+            type(value) is int
+            and 0 <= value <= INT64_MAX
+            and isinstance(name, str)
+            and not holds(name)
+            and not holds(str(value))
+        )
+
     kept = {}
     for name, value in usage.items():
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int):
+        if count(name, value):
             kept[name] = value
-        elif isinstance(value, dict):
-            inner = {k: v for k, v in value.items() if isinstance(v, int) and not isinstance(v, bool)}
+        elif isinstance(value, dict) and isinstance(name, str) and not holds(name):
+            inner = {k: v for k, v in value.items() if count(k, v)}
             if inner:
                 kept[name] = inner
     return kept
 
 
-def _request_id(value):
-    """A provider request id is kept only when it looks like one (bounded, ASCII, no spaces)."""
-    if isinstance(value, str) and len(value) <= 128 and value.isascii() and value.isprintable() and " " not in value:
+def _request_id(value, holds=_holds_nothing):
+    """A provider request id is kept only when it looks like one (bounded, ASCII, no spaces) and
+    holds no run of the key."""
+    if (
+        isinstance(value, str)
+        and len(value) <= 128
+        and value.isascii()
+        and value.isprintable()
+        and " " not in value
+        and not holds(value)
+    ):
         return value
     return None

@@ -199,3 +199,22 @@ def json_reply(value, headers=None):
 
 def raw_reply(body, headers=None):
     return Reply(200, dict(headers or {}), body if isinstance(body, bytes) else body.encode("utf-8"))
+
+
+HOLE = "KEYHOLE"
+
+
+def fill(data, key, every=4):
+    """``data`` (bytes) with every ``HOLE`` replaced by ``key`` written with JSON escapes: put
+    ``HOLE`` inside a JSON string, and the string decodes to text holding the key."""
+    return data.replace(HOLE.encode(), escaped(key, every).encode())
+
+
+def text_reply(stream, *, headers=None, usage=None, **fields):
+    """A plain text answer, streamed or not; ``usage`` is the final usage, ``fields`` as for
+    ``message`` (id, model, stop_reason, stop_sequence) plus ``text``."""
+    final = usage if usage is not None else globals()["usage"]()
+    if stream:
+        return raw_reply(sse(text_stream(start_usage=final, final_usage=final, **fields)), headers)
+    text = fields.pop("text", "Hello from a hostile provider.")
+    return json_reply(message([{"type": "text", "text": text}], usage=final, **fields), headers)
