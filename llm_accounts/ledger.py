@@ -102,10 +102,14 @@ def _over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
     )
 
 
-def _busy():
+def _busy(op="reserve"):
+    """``ledger_busy``; only a refused reservation proves that nothing was sent."""
+    fate = {
+        "reserve": "nothing was sent, try again",
+        "settle": "the attempt's outcome was not written",
+    }.get(op, "nothing was written, try again")
     return AccountsError(
-        "ledger_busy",
-        f"the ledger stayed locked by another process for {BUSY_TIMEOUT_S:g} s; nothing was sent, try again",
+        "ledger_busy", f"the ledger stayed locked by another process for {BUSY_TIMEOUT_S:g} s; {fate}"
     )
 
 
@@ -310,6 +314,8 @@ class Ledger:
                 return self._transaction(fn, args, write) if transaction else fn(*args)
         except AccountsError as error:
             outcome = error.code
+            if error.code == "ledger_busy" and op != "reserve":
+                raise _busy(op) from None
             raise
         except BaseException as error:
             outcome = type(error).__name__
@@ -1468,7 +1474,7 @@ async def run_async(fn, *args, **kw):
                 _log_event(op, "ledger_busy", time.perf_counter() - requested)
                 raise AccountsError(
                     "ledger_busy",
-                    f"no worker thread was free for the ledger within {ADMISSION_TIMEOUT_S:g} s; nothing was sent, try again",
+                    f"no worker thread was free for the ledger within {ADMISSION_TIMEOUT_S:g} s; the ledger call did not run, try again",
                 ) from None
             _log_event(op, type(error).__name__, time.perf_counter() - requested)
             raise

@@ -176,6 +176,22 @@ def _after_delivery(attempt, error):
     )
 
 
+LEDGER_CODES = frozenset({"ledger_busy", "ledger_unavailable", "settlement_conflict", "duplicate_attempt"})
+
+
+def _unrecorded(attempt, error):
+    """A ledger failure while an attempt's outcome was being recorded: it keeps its ceiling."""
+    if attempt.reservation is None or error.code not in LEDGER_CODES:
+        return error
+    return AccountsError(
+        error.code,
+        f"{error.message} (attempt {attempt.id} on account '{attempt.account}' could not be recorded: "
+        f"it stays open with its ceiling until 'llm accounts reconcile {attempt.id}')",
+        account=attempt.account,
+        attempt_id=attempt.id,
+    )
+
+
 class _End:
     """How one attempt ended. The loop raises ``error`` itself, outside every ``except`` block
     and every frame that held the key, a request or a response (docs/errors.md)."""
@@ -210,6 +226,12 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
     def _attempt(self, http, url, call, body, stream, response, end):
         attempt = call.begin()
+        try:
+            yield from self._send(http, url, call, attempt, body, stream, response, end)
+        except AccountsError as error:
+            end.fail(_unrecorded(attempt, error))
+
+    def _send(self, http, url, call, attempt, body, stream, response, end):
         secret_text = attempt.secret.reveal()
         request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
         failure = None
@@ -312,6 +334,13 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             if attempt is not None:
                 await _shielded(call.not_sent, attempt)
             raise
+        try:
+            async for event in self._send(http, url, call, attempt, body, stream, response, end):
+                yield event
+        except AccountsError as error:
+            end.fail(_unrecorded(attempt, error))
+
+    async def _send(self, http, url, call, attempt, body, stream, response, end):
         secret_text = attempt.secret.reveal()
         request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
         failure = None
