@@ -32,7 +32,7 @@ import uuid
 
 from . import clock, health, schema, selection
 from .errors import AccountsError
-from .money import INT64_MAX, usd
+from .money import INT64_MAX, usd, usd_exact
 from .records import (  # the records are part of the ledger's API
     AccountStatus,
     BLOCK_REASONS,
@@ -85,7 +85,13 @@ WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 
 
 def _money(nusd):
-    return usd(nusd, 2) if nusd % 10_000_000 == 0 else usd(nusd, 6)
+    """Exact dollars, cents at least: figures set side by side in one message never round to
+    the same text while they differ (``$19.999999999`` spent of a ``$20.00`` budget)."""
+    if nusd % 10_000_000 == 0:
+        return usd(nusd, 2)
+    whole, frac = usd_exact(nusd).split(".")
+    sign = "-" if whole.startswith("-") else ""
+    return f"{sign}${int(whole.lstrip('-')):,}.{frac.rstrip('0')}"
 
 
 def _when(t):
@@ -613,8 +619,12 @@ class Ledger:
         if gate == "cooling":
             h = f.record
             v.code = health.COOLING_CODES.get(h.failure_class, "provider_error")
-            until = "a probe attempt is in flight" if f.probe_taken else f"cooling until {_when(h.cooldown_until)}"
-            v.message = f"account '{name}' is failing ({h.failure_class}); {until}, then one probe attempt is let through"
+            until = (
+                "its one probe attempt is in flight; wait for its outcome"
+                if f.probe_taken
+                else f"cooling until {_when(h.cooldown_until)}, then one probe attempt is let through"
+            )
+            v.message = f"account '{name}' is failing ({h.failure_class}); {until}"
             return v
         v.probe = gate == "probe"
         if not selection.fits(f.spent_nusd, f.open_nusd, ceiling, v.budget_nusd):

@@ -82,8 +82,8 @@ def test_one_nanodollar_over_a_clients_cap_is_refused_with_client_spend_cap_and_
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(500_001), [work], client="ci", now=T0))
     assert error.code == "budget_exhausted"
     assert (
-        "client 'ci' has $0.000300 spent and $0.000200 in open ceilings of its $0.001000 cap on account 'work' "
-        "for credit period 2026-11; this attempt needs up to $0.000500; the cap resets 2026-11-30 00:00 UTC"
+        "client 'ci' has $0.0003 spent and $0.0002 in open ceilings of its $0.001 cap on account 'work' "
+        "for credit period 2026-11; this attempt needs up to $0.000500001; the cap resets 2026-11-30 00:00 UTC"
     ) in str(error)
     assert attempt_count(ledger) == 2
 
@@ -149,7 +149,7 @@ def test_a_bound_conversation_over_its_clients_cap_is_refused_not_moved(ledger):
     assert error.code == "budget_exhausted"
     assert error.account == "work"
     message = str(error)
-    assert "client 'ci' has $0.00 spent and $0.001000 in open ceilings of its $0.001000 cap on account 'work'" in message
+    assert "client 'ci' has $0.00 spent and $0.001 in open ceilings of its $0.001 cap on account 'work'" in message
     assert "the cap resets 2026-11-30 00:00 UTC" in message
     assert "a conversation never moves by itself" in message
     assert attempt_count(ledger) == 1
