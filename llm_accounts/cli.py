@@ -608,6 +608,16 @@ def _usd_option(text, field, *, signed=False, allow_zero=False):
     try:
         return sign * parse_usd(text, field)
     except AccountsError as error:
+        if signed:
+            error = AccountsError(
+                error.code,
+                f"{field}: must be a non-zero signed decimal number of US dollars with at most 9 fractional digits, such as 1.25 or -0.40",
+            )
+        elif allow_zero:
+            error = AccountsError(
+                error.code,
+                f"{field}: must be a decimal number of US dollars, zero or more, with at most 9 fractional digits, such as 0 or 1.25",
+            )
         fail(error)
 
 

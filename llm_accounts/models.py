@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import re
+import sys
 import uuid
 from typing import Optional, Union
 
@@ -101,7 +102,15 @@ class _Shared:
         if problem is not None:
             call.stream_failed(attempt, outcome)
             raise _malformed(attempt, problem)
-        routing = call.completed(attempt, message, request_id)
+        try:
+            routing = call.completed(attempt, message, request_id)
+        except AccountsError as error:
+            if error.code not in LEDGER_CODES:
+                raise
+            # The provider answered in full and billed it: the answer is delivered and logged,
+            # and the attempt keeps its ceiling until reconciled (docs/errors.md).
+            _warn(_after_delivery(attempt, error))
+            routing = call.routing(paid_by=attempt.account)
         clean = scrub.scrub_json(message, secret_text) if secret_text else dict(message)
         usage = clean.pop("usage", None) or {}
         if routing is not None:
@@ -163,17 +172,20 @@ def _stream_failure(attempt, outcome):
 
 
 def _after_delivery(attempt, error):
-    """A settlement that failed after the answer was shown: say so, and that nothing is lost."""
-    if attempt.reservation is None:
-        return error
+    """A settlement that failed after the provider answered in full: the answer is delivered,
+    and the one line says so and that nothing is lost."""
     return AccountsError(
         error.code,
-        f"{error.message} (the answer above was delivered, but attempt {attempt.id} on account "
+        f"{error.message} (the answer was delivered, but attempt {attempt.id} on account "
         f"'{attempt.account}' could not be settled: it stays open with its ceiling until "
-        f"'llm accounts reconcile {attempt.id}'; do not retry the prompt blindly, it was already answered)",
+        f"'llm accounts reconcile {attempt.id}'; do not retry the prompt, it was already answered)",
         account=attempt.account,
         attempt_id=attempt.id,
     )
+
+
+def _warn(error):
+    print(f"Warning: {error}", file=sys.stderr, flush=True)
 
 
 LEDGER_CODES = frozenset({"ledger_busy", "ledger_unavailable", "settlement_conflict", "duplicate_attempt"})
@@ -271,10 +283,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 raise
             # Settled before the answer is yielded: a consumer that stops reading early leaves
             # nothing open that the provider already answered in full.
-            try:
-                self._finish(response, call, attempt, message, secret_text, request_id)
-            except AccountsError as error:
-                end.fail(_after_delivery(attempt, error))
+            self._finish(response, call, attempt, message, secret_text, request_id)
             yield from message_events(message, secret_text)
         finally:
             resp.close()
@@ -297,10 +306,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
         # Settled before the last held text is released: a consumer that stops now leaves
         # nothing open that the provider already answered in full.
         if reader.complete:
-            try:
-                self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
-            except AccountsError as error:
-                end.fail(_after_delivery(attempt, error))
+            self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
         else:
             outcome, failure = reader.failure()
             call.stream_failed(attempt, outcome, failure)
@@ -380,10 +386,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             except asyncio.CancelledError:
                 await _shielded(call.stream_failed, attempt, "cancelled")
                 raise
-            try:
-                await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
-            except AccountsError as error:
-                end.fail(_after_delivery(attempt, error))
+            await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
             for event in message_events(message, secret_text):
                 yield event
         finally:
@@ -407,10 +410,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
         if reader.complete:
-            try:
-                await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
-            except AccountsError as error:
-                end.fail(_after_delivery(attempt, error))
+            await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
         else:
             outcome, failure = reader.failure()
             await _shielded(call.stream_failed, attempt, outcome, failure)
