@@ -159,14 +159,16 @@ class StreamReader:
         return self.assembler.complete and self.malformed is None
 
     def feed(self, line):
-        item = self.decoder.feed(line)
-        if item is None or self.malformed is not None or not item[1]:
-            return []  # an event without data is not dispatched
+        if self.malformed is not None:
+            return []
         try:
-            event = json.loads(item[1])
-        except (ValueError, RecursionError):
-            event = None
-        try:
+            item = self.decoder.feed(line)
+            if item is None or not item[1]:
+                return []  # an event without data is not dispatched
+            try:
+                event = json.loads(item[1])
+            except (ValueError, RecursionError):
+                event = None
             if not isinstance(event, dict):
                 raise Malformed("an event's data is not a JSON object")
             self.assembler.apply(event)

@@ -65,7 +65,11 @@ class SSEDecoder:
         self._data = []
 
     def feed(self, line):
-        """Feed one line (without its newline); returns a complete event or None."""
+        """Feed one line (without its newline); returns a complete event or None.
+
+        Raises ``Malformed`` for a line that is neither a comment nor an SSE field the Messages
+        API could send (event, data, id, retry).
+        """
         if line == "":
             if not self._data and self._event is None:
                 return None
@@ -81,6 +85,9 @@ class SSEDecoder:
             self._event = value
         elif field == "data":
             self._data.append(value)
+        elif field not in ("id", "retry"):
+            # Not an SSE line (a JSON body, say): whatever this is, it is not a Messages stream.
+            raise Malformed("a line of the stream is not an SSE field")
         return None
 
 
