@@ -12,6 +12,7 @@ never the value: not in its message, not in a chained exception (JSON parser err
 document, so they are never chained), not in a repr.
 """
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -19,6 +20,11 @@ import os
 import pathlib
 import re
 import tempfile
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 from .errors import AccountsError
 from .money import NANO, parse_usd
@@ -674,14 +680,38 @@ def save_accounts_file(accounts, lookup):
 # source (see ``overriding_source``) still replaces it wherever that source is present.
 
 
+@contextlib.contextmanager
+def _editing():
+    """Hold the accounts.json edit lock across a read-modify-write, so two ``llm accounts add``
+    at once both land (an exclusive ``flock`` on a lock file beside it, released on exit or
+    crash). Where ``fcntl`` is missing (Windows) edits are not serialized."""
+    directory = llm_user_dir()
+    if not directory.exists():
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if fcntl is None:
+        yield
+        return
+    fd = os.open(directory / f".{ACCOUNTS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def add_account(account, *, replace=False):
     """Add ``account`` to accounts.json, or replace the one of that name.
 
     Returns ``(path, replaced)``.
 
-    ADR-0126 D1: a name is one budget allocation with one immutable key reference, so replacing
-    an account may change its budgets, rank, weight and models but not its key_env.
+    A name is one budget allocation with one immutable key reference (docs/design.md), so
+    replacing an account may change its budgets, rank, weight and models but not its key_env.
     """
+    with _editing():
+        return _add_account(account, replace)
+
+
+def _add_account(account, replace):
     accounts, lookup = read_accounts_file()
     accounts = list(accounts or ())
     existing = next((i for i, a in enumerate(accounts) if a.name == account.name), None)
@@ -710,6 +740,11 @@ def add_account(account, *, replace=False):
 def remove_account(name):
     """Remove the account ``name`` from accounts.json; returns the file path."""
     name = _name(name, "NAME")
+    with _editing():
+        return _remove_account(name)
+
+
+def _remove_account(name):
     accounts, lookup = read_accounts_file()
     remaining = [a for a in accounts or () if a.name != name]
     if len(remaining) == len(accounts or ()):
@@ -721,5 +756,6 @@ def remove_account(name):
 def set_lookup(argv):
     """Set (``argv``) or clear (``None``) the secret lookup command in accounts.json."""
     lookup = parse_lookup(list(argv), "COMMAND", "") if argv is not None else None
-    accounts, _ = read_accounts_file()
-    return save_accounts_file(accounts or (), lookup)
+    with _editing():
+        accounts, _ = read_accounts_file()
+        return save_accounts_file(accounts or (), lookup)
