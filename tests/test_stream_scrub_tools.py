@@ -111,3 +111,18 @@ def test_tool_arguments_are_released_once_when_their_block_stops(canary_key):
     assert emitted == [("tool_call_name", "lookup"), ("tool_call_args", json.dumps({"city": MASK}))]
     [block] = reader.final_message()["content"]
     assert block["input"] == {"city": MASK}
+
+
+def test_async_streamed_tool_arguments_are_masked_on_their_decoded_value(hostile_account, canary_key):
+    import asyncio
+
+    hostile_account.answer = tool_then_text("toolu_" + canary_key, "lookup", escaped_arguments(canary_key))
+
+    async def run():
+        response = llm.get_async_model(MODEL).prompt("What is the weather?", tools=[llm.Tool.function(lambda city: city, name="lookup")])
+        await response.text()
+        return await response.tool_calls(), await response.json()
+
+    [call], response_json = asyncio.run(run())
+    assert (call.tool_call_id, call.arguments) == ("toolu_" + MASK, {"city": MASK})
+    assert_no_key_material(json.dumps(response_json), canary_key)
