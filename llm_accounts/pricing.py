@@ -529,6 +529,42 @@ def _cache_writes(usage, created, request_body):
     raise _Incomplete  # mixed TTLs (or none at all): the split cannot be derived
 
 
+# Every usage field the revision knows how to bill, or knows bills nothing (docs/pricing.md).
+# Anything else that is present and not empty is a billing dimension it cannot price: the
+# settlement keeps the ceiling open rather than guess (unknown is never zero).
+KNOWN_USAGE_FIELDS = frozenset(
+    {
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "cache_creation",
+        "server_tool_use",
+        "service_tier",
+        "inference_geo",
+        "speed",
+        "output_tokens_details",  # a breakdown already counted in output_tokens
+    }
+)
+KNOWN_CACHE_CREATION_FIELDS = frozenset({"ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"})
+
+
+def _check_dimensions(usage):
+    """Refuse a usage object that bills something this revision does not know."""
+    for name, value in usage.items():
+        if name not in KNOWN_USAGE_FIELDS and not _empty(value):
+            raise _Incomplete
+    breakdown = usage.get("cache_creation")
+    if isinstance(breakdown, dict):
+        for name, value in breakdown.items():
+            if name not in KNOWN_CACHE_CREATION_FIELDS and not _empty(value):
+                raise _Incomplete
+
+
+def _empty(value):
+    return value is None or (type(value) is int and value == 0) or (type(value) in (str, dict, list) and not value)
+
+
 def _check_modifiers(usage):
     """Refuse rate modifiers the revision does not price (fast, batch, priority, geo, server tools)."""
     if usage.get("speed") not in STANDARD_SPEEDS:
@@ -562,6 +598,7 @@ def settlement_cost(usage, served_model, request_body, revision):
         read = _count(usage.get("cache_read_input_tokens"))
         created = _count(usage.get("cache_creation_input_tokens"))
         _check_modifiers(usage)
+        _check_dimensions(usage)
         w5, w1h = _cache_writes(usage, created, request_body)
     except _Incomplete:
         return None

@@ -5,6 +5,7 @@ clients are made with ``trust_env=False`` (no proxy or netrc from the environmen
 follow redirects, so the key goes only to the validated base URL (ADR-0126 D2).
 """
 
+import asyncio
 import dataclasses
 import errno
 import functools
@@ -12,6 +13,7 @@ import ipaddress
 import logging
 import os
 import socket
+import threading
 import time
 import urllib.parse
 
@@ -91,52 +93,86 @@ def async_client():
 
 
 class _BoundedBody:
-    """At most 64 KiB + 1 byte of an error body, collected within five seconds (Amendment 7)."""
+    """At most 64 KiB + 1 byte of an error body, collected within five seconds; a body that has
+    not arrived by then is classified ``other`` (docs/errors.md)."""
 
     def __init__(self):
         self.chunks, self.size = [], 0
         self.deadline = time.monotonic() + ERROR_BODY_SECONDS
+        self.expired = False
 
     def add(self, chunk):
         """Keep ``chunk``; True once the bound or the deadline is reached."""
         self.chunks.append(chunk)
         self.size += len(chunk)
-        return self.size > ERROR_BODY_LIMIT or time.monotonic() > self.deadline
+        self.expired = self.expired or time.monotonic() > self.deadline
+        return self.size > ERROR_BODY_LIMIT or self.expired
 
-    def bytes(self):
-        return b"".join(self.chunks)[: ERROR_BODY_LIMIT + 1]
+    def remaining(self):
+        return max(0.0, self.deadline - time.monotonic())
+
+    def info(self):
+        if self.expired:
+            return classify.UNREADABLE
+        return classify.parse_error_body(b"".join(self.chunks)[: ERROR_BODY_LIMIT + 1])
 
 
-def _bounded(chunks):
-    """At most the bound of an error body from ``chunks``; a broken body reads as what arrived."""
-    body = _BoundedBody()
+def _socket_of(response):
+    stream = response.extensions.get("network_stream")
     try:
-        for chunk in chunks:
-            if body.add(chunk):
-                break
-    except httpx.HTTPError:
-        pass
-    return body.bytes()
+        return stream.get_extra_info("socket") if stream is not None else None
+    except Exception:  # a transport without sockets (tests, mounts)
+        return None
 
 
 def read_refusal(response):
     """Read, classify and drop a non-200 body: only closed-set values leave this function.
 
     The body is parsed here and nowhere else, so no frame, exception or log outside it ever
-    holds provider text (docs/errors.md).
+    holds provider text (docs/errors.md). A server that stalls mid-body is cut off at the
+    deadline: a timer shuts the socket down, which wakes the blocked read.
     """
-    return classify.parse_error_body(_bounded(response.iter_bytes()))
-
-
-async def aread_refusal(response):
     body = _BoundedBody()
+    sock = _socket_of(response)
+
+    def cut_off():
+        body.expired = True
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    timer = threading.Timer(body.remaining(), cut_off) if sock is not None else None
+    if timer is not None:
+        timer.daemon = True
+        timer.start()
     try:
-        async for chunk in response.aiter_bytes():
+        for chunk in response.iter_bytes():
             if body.add(chunk):
                 break
     except httpx.HTTPError:
         pass
-    return classify.parse_error_body(body.bytes())
+    finally:
+        if timer is not None:
+            timer.cancel()
+    return body.info()
+
+
+async def aread_refusal(response):
+    body = _BoundedBody()
+
+    async def read():
+        async for chunk in response.aiter_bytes():
+            if body.add(chunk):
+                break
+
+    try:
+        await asyncio.wait_for(read(), body.remaining())
+    except asyncio.TimeoutError:
+        body.expired = True
+    except httpx.HTTPError:
+        pass
+    return body.info()
 
 
 @dataclasses.dataclass(frozen=True)
