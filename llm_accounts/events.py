@@ -39,7 +39,7 @@ class Projector:
         self.tool = None  # the open tool_use block's scrubbed id and name, until it stops
         self.schema_answer = False
 
-    def events(self, event, assembler=None):
+    def events(self, event, assembler):
         """The StreamEvents for one event ``assembler`` has already applied."""
         kind = event.get("type")
         if kind == "content_block_delta":
