@@ -120,7 +120,8 @@ def test_a_usage_field_named_by_a_key_run_is_not_stored(hostile_account, user_pa
     name = secrets.choice(string.ascii_lowercase) + "".join(secrets.choice(string.ascii_lowercase + "_") for _ in range(11))
     key = key_with(name)
     declare_key(user_path, key)
-    hostile_account.answer = lambda request: text_reply(stream, usage=usage(**{name: 5}))
+    # Zero: a field the revision does not know bills nothing when empty, so the attempt settles.
+    hostile_account.answer = lambda request: text_reply(stream, usage=usage(**{name: 0}))
     result = prompt(stream)
     assert result.exit_code == 0, result.output
     [row] = attempts(ledger_path)
@@ -134,7 +135,9 @@ def test_a_usage_count_whose_digits_hold_a_key_run_is_not_stored(hostile_account
     digits = str(secrets.choice(range(1, 10))) + "".join(secrets.choice(string.digits) for _ in range(9))
     key = key_with(digits)
     declare_key(user_path, key)
-    hostile_account.answer = lambda request: text_reply(stream, usage=usage(reasoning_tokens=int(digits)))
+    # A breakdown of output_tokens bills nothing more, so the attempt settles and its usage is kept.
+    details = {"reasoning_tokens": int(digits)}
+    hostile_account.answer = lambda request: text_reply(stream, usage=usage(output_tokens_details=details))
     result = prompt(stream)
     assert result.exit_code == 0, result.output
     [row] = attempts(ledger_path)
