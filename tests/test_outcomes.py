@@ -7,9 +7,12 @@ read, while a 200 body is read, between the last byte and settlement, mid-stream
 
 import asyncio
 import json
+import os
+import signal
 import socket
 import sqlite3
 import threading
+import time
 
 import llm
 import pytest
@@ -22,6 +25,7 @@ from llm_accounts.pricing import settlement_cost
 
 MODEL = "claude-routed/claude-haiku-4-5"
 LIVENESS_S = 60  # a guard against hanging forever, not a timing assertion
+SETTLE_S = 0.3  # once the server stalls, time for the client to read what was sent before it
 
 
 class Stalling:
@@ -129,6 +133,7 @@ def cancel_when_stalled(server, stream, *, prompt="hello"):
         task = asyncio.ensure_future(model.prompt(prompt, stream=stream).text())
         while not server.stalled.is_set():
             await asyncio.sleep(0.01)
+        await asyncio.sleep(SETTLE_S)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -195,6 +200,44 @@ def test_an_async_prompt_cancelled_before_its_request_is_sent_settles_as_not_sen
     rows = attempts(ledger_path)
     assert stalling.requests == 1
     assert [(r["state"], r["outcome"]) for r in rows] == [("settled", "complete"), ("settled", "not_sent")]
+
+
+def interrupt_when_stalled(server, stream):
+    """Run a sync prompt and press Ctrl-C (KeyboardInterrupt in the main thread) once the
+    server stalls."""
+    def press():
+        if server.stalled.wait(LIVENESS_S):
+            time.sleep(SETTLE_S)
+            # A real SIGINT: it interrupts the blocked read, as a terminal's Ctrl-C does.
+            os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=press, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        llm.get_model(MODEL).prompt("hello", stream=stream).text()
+    server.release.set()
+
+
+def test_a_sync_401_interrupted_while_its_body_is_read_still_blocks(stalling, ledger_path):
+    body = error_json("authentication_error")
+    stalling.pieces = [head(401, "Unauthorized", "application/json", len(body)), body[:10], Stalling.STALL, body[10:]]
+    interrupt_when_stalled(stalling, stream=False)
+    [row] = attempts(ledger_path)
+    assert row["outcome"] == "auth_required"
+    [h] = health(ledger_path)
+    assert (h["state"], h["failure_class"]) == ("failing", "auth")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_sync_200_interrupted_while_its_body_is_read_stays_open_as_cancelled(stalling, ledger_path, stream):
+    if stream:
+        data = sse(text_stream())
+        stalling.pieces = [head(200, "OK", "text/event-stream"), data[:200], Stalling.STALL, data[200:]]
+    else:
+        data = json.dumps(message([{"type": "text", "text": "Hello."}])).encode()
+        stalling.pieces = [head(200, "OK", "application/json", len(data)), data[:20], Stalling.STALL, data[20:]]
+    interrupt_when_stalled(stalling, stream=stream)
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", "cancelled")
 
 
 def test_a_sync_whole_answer_whose_consumer_stops_after_one_chunk_is_settled(stalling, ledger_path):
