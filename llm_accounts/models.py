@@ -158,6 +158,15 @@ def _malformed(attempt, problem):
     )
 
 
+def _parsed(raw):
+    """A whole answer's JSON, or None for bytes that are not JSON: read in full, such an answer is
+    the provider's malformed message (``_finish`` says so), not a broken connection."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _stream_failure(attempt, outcome):
     """The routed error for a response that ended early; its attempt stays open (unknown)."""
     code = "provider_error" if outcome == "stream_error" else "transport_error"
@@ -205,9 +214,21 @@ def _unrecorded(attempt, error):
     )
 
 
+class RoutedError(AccountsError, llm.ModelError):
+    """A routed error as llm's ``ModelError``, so llm and Python callers handle it like any
+    model's errors; its code, account and attempt are those of the ``AccountsError``."""
+
+
+def routed_error(error):
+    """A fresh ``RoutedError``: no traceback or context from the frames that held the key."""
+    return RoutedError(
+        error.code, error.message, account=error.account, attempt_id=error.attempt_id, http_status=error.http_status
+    )
+
+
 class _End:
-    """How one attempt ended. The loop raises ``error`` itself, outside every ``except`` block
-    and every frame that held the key, a request or a response (docs/errors.md)."""
+    """How a routed call ended. ``execute`` raises ``error`` itself, outside every ``except``
+    block and every frame that held the key, a request or a response (docs/errors.md)."""
 
     __slots__ = ("error", "again")
 
@@ -219,23 +240,31 @@ class _End:
         self.error, self.again = error, error is None
 
     def fail(self, error):
-        # A fresh traceback: the one it has runs through frames that held the key.
-        self.error = error.with_traceback(None)
+        self.error = error
 
 
 class RoutedClaude(_Shared, llm.KeyModel):
     def execute(self, prompt, stream, response, conversation, key):
-        call, body = self._prepare(prompt, stream, conversation, key)
-        del key  # an unrouted call keeps it wrapped; no frame of ours holds it bare
-        url = transport.messages_url()
-        with transport.client() as http:
-            while True:
-                end = _End()
-                yield from self._attempt(http, url, call, body, stream, response, end)
-                if end.error is not None:
-                    raise end.error
-                if not end.again:
-                    return
+        end = _End()
+        routed = self._routed(prompt, stream, response, conversation, key, end)
+        del key  # llm's single key (unrouted calls) lives on only inside the call, wrapped
+        yield from routed
+        if end.error is not None:
+            raise routed_error(end.error)
+
+    def _routed(self, prompt, stream, response, conversation, key, end):
+        try:
+            call, body = self._prepare(prompt, stream, conversation, key)
+            del key  # an unrouted call keeps it wrapped; no frame of ours holds it bare
+            url = transport.messages_url()
+            with transport.client() as http:
+                while True:
+                    yield from self._attempt(http, url, call, body, stream, response, end)
+                    if not end.again:
+                        return
+                    end.again = False
+        except AccountsError as error:
+            end.fail(error)
 
     def _attempt(self, http, url, call, body, stream, response, end):
         attempt = call.begin()
@@ -274,8 +303,8 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 yield from self._stream(resp, call, attempt, response, secret_text, request_id, end)
                 return
             try:
-                message = json.loads(resp.read())
-            except (httpx.HTTPError, ValueError, RecursionError):
+                message = _parsed(resp.read())
+            except httpx.HTTPError:
                 call.stream_failed(attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
                 return
@@ -322,18 +351,28 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
     async def execute(self, prompt, stream, response, conversation, key):
-        call, body = await run_async(self._prepare, prompt, stream, conversation, key)
+        end = _End()
+        routed = self._routed(prompt, stream, response, conversation, key, end)
         del key
-        url = transport.messages_url()
-        async with transport.async_client() as http:
-            while True:
-                end = _End()
-                async for event in self._attempt(http, url, call, body, stream, response, end):
-                    yield event
-                if end.error is not None:
-                    raise end.error
-                if not end.again:
-                    return
+        async for event in routed:
+            yield event
+        if end.error is not None:
+            raise routed_error(end.error)
+
+    async def _routed(self, prompt, stream, response, conversation, key, end):
+        try:
+            call, body = await run_async(self._prepare, prompt, stream, conversation, key)
+            del key
+            url = transport.messages_url()
+            async with transport.async_client() as http:
+                while True:
+                    async for event in self._attempt(http, url, call, body, stream, response, end):
+                        yield event
+                    if not end.again:
+                        return
+                    end.again = False
+        except AccountsError as error:
+            end.fail(error)
 
     async def _attempt(self, http, url, call, body, stream, response, end):
         reserving = asyncio.ensure_future(run_async(call.begin))
@@ -384,8 +423,8 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     yield event
                 return
             try:
-                message = json.loads(await resp.aread())
-            except (httpx.HTTPError, ValueError, RecursionError):
+                message = _parsed(await resp.aread())
+            except httpx.HTTPError:
                 await run_async(call.stream_failed, attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
                 return
