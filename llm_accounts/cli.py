@@ -295,6 +295,11 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
     what that client may spend on this account each credit period.
 
+    The first attempt of a credit period fixes the account's monthly budget and key_env until
+    the period ends, so --replace with another --budget is refused while this period holds a
+    budget for the account; the daily budget, rank, weight, models and client caps may change
+    at any time.
+
     \b
     Example:
         llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00
@@ -309,6 +314,7 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         account = account_from_options(
             name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only
         )
+        _check_against_ledger(account)
         path, replaced = add_account(account, replace=replace)
     except AccountsError as error:
         fail(error)
@@ -322,6 +328,19 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
     _warn_if_overridden()
+
+
+def _check_against_ledger(account):
+    """Refuse a declaration the current credit period cannot admit (another monthly budget or
+    key_env than the period fixed, or a key whose budget another name holds), before it is written.
+    A missing ledger holds no period, so it is not created for this."""
+    from .ledger import Ledger
+    from .paths import ledger_path
+
+    if not ledger_path().exists():
+        return
+    with Ledger() as ledger:
+        ledger.check_declaration(account)
 
 
 @accounts.command()
@@ -691,6 +710,8 @@ def status(json_):
             )
         if line.clients_only:
             notes.append("listed clients only")
+        for model, until in line.model_cooldowns:
+            notes.append(f"{model} unavailable until {until[11:16]} UTC")
         rows.append(
             (
                 line.name,
@@ -712,13 +733,15 @@ def status(json_):
 @accounts.command()
 @click.option("open_", "--open", is_flag=True, help="Only attempts still holding their ceiling")
 @click.option("--account", metavar="NAME", help="Only this account's attempts")
-@click.option("--limit", type=click.IntRange(1), default=20, show_default=True, help="Newest N attempts")
+@click.option("--limit", type=click.IntRange(1), metavar="N", help="Newest N attempts (default 20; with --open, every open attempt)")
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
 def attempts(open_, account, limit, json_):
     """List attempts, newest first: id, account, state, outcome, ceiling and cost.
 
     An open attempt keeps its ceiling counted against the budget until it is settled or
-    reconciled ('llm accounts reconcile ATTEMPT_ID --cost USD --source REF').
+    reconciled ('llm accounts reconcile ATTEMPT_ID --cost USD --source REF'). With --open every
+    open attempt is listed unless --limit is given; when a limit leaves attempts out, a line
+    after the table says how many.
 
     \b
     Example:
@@ -731,8 +754,12 @@ def attempts(open_, account, limit, json_):
     filters = {"state": "open"} if open_ else {}
     if account:
         filters["account"] = account
+    if limit is None and not open_:
+        limit = 20
     try:
-        rows = _ledger().attempts(limit=limit, **filters)
+        ledger = _ledger()
+        rows = ledger.attempts(limit=limit, **filters)
+        total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
     except AccountsError as error:
         fail(error)
     if json_:
@@ -758,6 +785,10 @@ def attempts(open_, account, limit, json_):
             )
         )
     _table(table)
+    more = total - len(rows)
+    if more > 0:
+        kind = "open attempt" if open_ else "attempt"
+        click.echo(f"{more} more {kind}{'s' if more != 1 else ''}; show them with --limit {total}")
 
 
 @accounts.command()
@@ -786,13 +817,18 @@ def block(name):
 @click.option("--source", default="llm accounts unblock", show_default=True, metavar="REF", help="Why it is safe to unblock (recorded)")
 @click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one; repeat an id to make the command idempotent)")
 def unblock(name, source, adjustment_id):
-    """Clear an account's block (auth failure, settlement conflict, ceiling exceeded or manual).
+    """Clear an account's block or cooldown so it takes attempts again.
 
-    The unblock is recorded in the ledger's adjustment table with its source.
+    Ends a block (auth failure, settlement conflict, ceiling exceeded or manual) and any health
+    dwell with it: cooling after rate limits, outages or transport failures, quota_exhausted
+    after the credit ran out, a probe in flight, and every model cooling on the account after a
+    model_unavailable answer. The account takes attempts again at once. The unblock is recorded
+    in the ledger's adjustment table with its source.
 
     \b
     Example:
         llm accounts unblock work --source "rotated key 2026-11-03"
+        llm accounts unblock work --source "added credit in the console"
     """
     import uuid
 
@@ -803,7 +839,13 @@ def unblock(name, source, adjustment_id):
         result = ledger.clear_block(adjustment_id or uuid.uuid4().hex, _known_account(ledger, name), source)
     except AccountsError as error:
         fail(error)
-    click.echo(f"Account {name} was not blocked" if result == "not_blocked" else f"Account {name} unblocked")
+    click.echo(
+        {
+            "not_blocked": f"Account {name} was not blocked or cooling",
+            "health_cleared": f"Account {name} is no longer cooling",
+            "already_recorded": f"This unblock of account {name} was already recorded",
+        }.get(result, f"Account {name} unblocked")
+    )
 
 
 @accounts.command()
@@ -884,7 +926,9 @@ def rebind(conversation_id, name, source):
     """Move a conversation to another account.
 
     A conversation never moves by itself (its prompt cache lives in one account); this moves
-    it explicitly and records the move. The next 'llm -c' uses NAME.
+    it explicitly and records the move. The next 'llm -c' uses NAME. CONVERSATION_ID must be a
+    conversation the ledger holds (one prompted through claude-routed), and NAME a declared
+    account that is not blocked.
 
     \b
     Example:
@@ -894,16 +938,18 @@ def rebind(conversation_id, name, source):
     from .errors import AccountsError
     from .ledger import Scope
 
+    declared = next((a for a in _declared_accounts(strict=True) if a.name == name), None)
+    if declared is None:
+        # The name is not repeated: a key pasted as NAME must not be echoed.
+        fail(AccountsError(
+            "declaration_invalid", "NAME: a conversation moves only to a declared account (see llm accounts list)"
+        ))
     try:
-        ledger = _ledger()
-        old = ledger.rebind(Scope("conversation", conversation_id), _known_account(ledger, name), source)
+        old = _ledger().rebind(Scope("conversation", conversation_id), declared, source)
     except AccountsError as error:
         fail(error)
-    # The id is not repeated: the ledger checked its characters but holds no list of ids to match.
-    if old is None:
-        click.echo(f"The conversation had no binding; it now uses account {name}")
-    else:
-        click.echo(f"The conversation now uses account {name}" + (f" (was {old})" if old != name else ""))
+    # The id is not repeated: only the ledger's refusal of an unknown id could tell it apart.
+    click.echo(f"The conversation now uses account {name}" + (f" (was {old})" if old != name else ""))
 
 
 @accounts.command(name="refresh-models")
@@ -952,32 +998,52 @@ def refresh_models(names, json_):
 
 
 @accounts.command()
+@click.option("model_id", "--model", metavar="ID", help="The model a new conversation asks for (default: the one claude-routed uses)")
+@click.option("--client", metavar="LABEL", help="The client label of the caller (default: $LLM_ACCOUNTS_CLIENT)")
 @click.option("--json", "json_", is_flag=True, help="Output JSON")
-def ladder(json_):
+def ladder(model_id, client, json_):
     """Show the order in which new conversations try the accounts now.
 
-    Ranks come first (lower is preferred), then committed utilization relative to budget x
-    weight, then the name. A request's warm system prompt and the conversations in flight can
-    still reorder accounts within a rank. Accounts that cannot take a new conversation now are
-    listed last with the reason. Bound conversations never move.
+    Each account gets the verdict admission would give a prompt on --model without
+    -o max_tokens: the same function decides both, so an account listed as available takes
+    that attempt and any other is listed last with the reason and the refusal's code (a budget
+    that cannot hold the model's ceiling, a block, a cooldown, a model it does not serve).
+    Available accounts are ordered by rank (lower is preferred), then committed utilization
+    relative to budget x weight, then the name. A request's warm system prompt and the
+    conversations in flight can still reorder accounts within a rank. Bound conversations never
+    move.
 
     \b
     Example:
         llm accounts ladder
-        llm accounts ladder --json
+        llm accounts ladder --model claude-opus-4-6 --json
     """
+    import os
+
+    from . import DEFAULT_MODEL_ENV, catalog
     from . import ladder as ladder_module
     from .declarations import load_declaration
     from .errors import AccountsError
     from .ledger import Ledger
     from .money import usd, usd_exact, usd_fine
+    from .pricing import current_revision
 
     try:
         declaration = load_declaration()
         if not declaration.routed:
             click.echo("No accounts declared: claude-routed sends unrouted with your 'anthropic' key")
             return
-        rungs = ladder_module.build(Ledger().status(declaration.accounts))
+        revision = current_revision()
+        if model_id is None:
+            from .models import DEFAULT_MODEL
+
+            model_id = os.environ.get(DEFAULT_MODEL_ENV) or DEFAULT_MODEL
+        quote = ladder_module.quote_for(model_id, revision)
+        accounts_ = catalog.effective_accounts(declaration.accounts, revision)
+        client = client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None
+        with Ledger() as ledger:
+            lines, verdicts = ledger.ladder(accounts_, quote, client=client)
+        rungs = ladder_module.build(lines, verdicts)
     except AccountsError as error:
         fail(error)
     if json_:
@@ -991,12 +1057,14 @@ def ladder(json_):
                     "committed_usd": usd_exact(r.committed_nusd),
                     "budget_usd": usd_exact(r.budget_nusd),
                     "available": r.available,
+                    "code": r.code,
                     "reason": r.reason,
                 }
                 for r in rungs
             ]
         )
         return
+    click.echo(f"New conversations on {quote.requested_model} (ceiling up to {usd_fine(quote.ceiling_nusd)} each):")
     rows = [("#", "account", "rank", "weight", "committed", "budget", "state")]
     for r in rungs:
         rows.append(
@@ -1007,7 +1075,7 @@ def ladder(json_):
                 "-" if r.weight is None else str(r.weight),
                 usd_fine(r.committed_nusd),
                 usd(r.budget_nusd),
-                r.reason,
+                r.reason if r.code is None else f"{r.reason} ({r.code})",
             )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]

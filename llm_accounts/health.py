@@ -17,7 +17,12 @@ The rules, from ADR-0029 sections 3-5 and design.md:
 - After the dwell exactly one attempt is admitted as the half-open probe. Its success clears the
   failure; its failure starts a new dwell. A probe whose process died is given up after
   ``PROBE_LEASE`` so the account cannot stay cooling forever.
-- A success supersedes an older failure (ADR-0029 section 5), whichever attempt it came from.
+- A success supersedes an older failure, whichever attempt it came from, but only a failure
+  recorded before that attempt was admitted: an attempt that started before the credit ran out
+  and finished after proves nothing about the failure (``succeeded_after``).
+- ``model_unavailable`` (a 404 on a model) says something about one model on the account, not
+  the account: it cools that model there (``ModelHealth``) and other models still route.
+- ``llm accounts unblock`` ends any dwell (``clear``), not only an authentication block.
 """
 
 import dataclasses
@@ -27,6 +32,9 @@ from .classify import FAILURE_CLASSES
 
 #: Classes that say something about the account (ADR-0029 section 3): all but semantic.
 HEALTH_CLASSES = tuple(name for name in FAILURE_CLASSES if name != "semantic")
+#: Of those, the classes that say something about one model on the account: they cool the model
+#: there (a ``model_health`` row), never the whole account.
+MODEL_CLASSES = ("model_unavailable",)
 
 DWELL = {
     "quota_exhausted": dt.timedelta(hours=1),
@@ -163,10 +171,21 @@ def record_failure(health, failure_class, http_status, now, attempt_id):
     return dataclasses.replace(changed, cooldown_until=cooldown, probe_attempt_id=health.probe_attempt_id)
 
 
-def record_success(health, now):
-    """The row after a complete attempt: a success supersedes any older failure."""
+def succeeded_after(last_failure_at, admitted_at):
+    """Whether a success can speak for a failure recorded at ``last_failure_at``: its attempt was
+    admitted at or after it. An unknown time on either side counts as after."""
+    return last_failure_at is None or admitted_at is None or admitted_at >= last_failure_at
+
+
+def record_success(health, now, admitted_at=None, attempt_id=None):
+    """The row after a complete attempt admitted at ``admitted_at``: the success supersedes any
+    failure recorded before that admission. A failure recorded later stands (the attempt was
+    already under way when the credit ran out, say); only the probe slot such an attempt holds is
+    freed."""
     if health is None:
         return Health(state="ok", since=now, last_success_at=now)
+    if not succeeded_after(health.last_failure_at, admitted_at):
+        return release_probe(health, attempt_id)
     if health.state != "ok" or health.transport_failures or health.probe_attempt_id:
         return Health(
             state="ok",
@@ -195,3 +214,47 @@ def clear_auth(health, now):
             health, state="ok", since=now, cooldown_until=None, probe_attempt_id=None
         )
     return None
+
+
+def clear(health, now):
+    """``llm accounts unblock`` ends any dwell: an authentication failure, a cooldown (rate limits,
+    exhausted credit, outages), a probe in flight, a run of transport failures. The failure stays
+    as history; ``None`` when there is nothing to clear."""
+    if health is None or (health.state == "ok" and not health.transport_failures and health.probe_attempt_id is None):
+        return None
+    return dataclasses.replace(
+        health, state="ok", since=now, cooldown_until=None, probe_attempt_id=None, transport_failures=0
+    )
+
+
+# Per-model health on one account
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelHealth:
+    """One model's cooldown on one account (a ``model_health`` row); aware UTC datetimes."""
+
+    model: str
+    since: dt.datetime
+    last_failure_at: dt.datetime
+    cooldown_until: dt.datetime
+
+
+def record_model_failure(current, model, now):
+    """The row after ``model`` failed as ``model_unavailable`` on an account, or ``None`` when
+    nothing changes: a failure while the model still cools adds nothing, a later one starts a new
+    dwell."""
+    if current is not None and current.cooldown_until is not None and now < current.cooldown_until:
+        return None
+    since = current.since if current is not None and current.since is not None else now
+    return ModelHealth(model=model, since=since, last_failure_at=now, cooldown_until=now + DWELL["model_unavailable"])
+
+
+def model_cooling(current, now):
+    """Whether the model may not be sent to this account now."""
+    return current is not None and current.cooldown_until is not None and now < current.cooldown_until
+
+
+def model_success_clears(current, admitted_at):
+    """Whether a complete attempt of the model, admitted at ``admitted_at``, ends its cooldown row."""
+    return current is not None and succeeded_after(current.last_failure_at, admitted_at)

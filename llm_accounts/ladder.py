@@ -1,16 +1,18 @@
-"""The owner's ladder as a document (ADR-0029 section 2): the order new conversations try accounts.
+"""The owner's ladder as a document: the order new conversations try accounts, and why not.
 
-Built from ``Ledger.status`` and the same ordering the reservation uses (``selection.order``), so
-what it shows is what the ledger does: ranks first, then committed utilization over
-budget x weight, then name. A request's warm prefix and the conversations in flight can still
-reorder accounts within a rank; unavailable accounts are listed last with the reason.
+Built from ``Ledger.ladder``: the status lines and, per declared account, the verdict of the very
+function admission uses (``selection.verdict``) for an attempt on one model, so an account shown
+as available is one ``reserve`` admits and any other carries the refusal's code. Available
+accounts are ordered as the reservation orders candidates (``selection.order``): ranks first,
+then committed utilization over budget x weight, then name. A request's warm prefix and the
+conversations in flight can still reorder accounts within a rank; unavailable accounts are
+listed last with the reason.
 """
 
 import dataclasses
 
 from . import selection
-from .clock import now as utc_now
-from .selection import Candidate, parse_time
+from .errors import AccountsError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,40 +25,53 @@ class Rung:
     budget_nusd: int | None
     available: bool
     reason: str  # "available", or why not
+    code: str | None = None  # None when available, else the error code admission refuses with
 
 
-def _unavailable_reason(status, now):
-    if not status.declared:
-        return "not declared"
-    if status.blocked_reason:
-        return f"blocked ({status.blocked_reason})"
-    if status.health == "auth_failed":
-        return "blocked (auth_failed)"
-    cooldown = parse_time(status.cooldown_until)
-    if status.health == "cooling" and cooldown is not None and cooldown > now:
-        return f"cooling down after {status.failure_class} until {cooldown:%H:%M} UTC"
-    if status.health == "probing":
-        return "a probe attempt is in flight"
-    if status.budget_nusd is not None and status.remaining_nusd is not None and status.remaining_nusd <= 0:
-        return "budget reached"
-    if status.daily_budget_nusd is not None and status.today_remaining_nusd is not None and status.today_remaining_nusd <= 0:
-        return "daily budget reached"
-    return None
+def quote_for(model_id, revision=None, max_tokens=None):
+    """The quote of a prompt on ``model_id`` without -o max_tokens: its ceiling depends only on
+    the model and max_tokens, so any text gives the same one."""
+    from . import pricing
+    from .payload import DEFAULT_MAX_TOKENS, freeze
+
+    revision = revision or pricing.current_revision()
+    model = revision.model(model_id)
+    if model is None:
+        # The id is not repeated: it is free text from the command line.
+        raise AccountsError(
+            "unsupported_pricing",
+            f"--model: not priced by price revision {revision.id}; run 'llm accounts prices' for the list",
+        )
+    body = {
+        "model": model.id,
+        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+        "messages": [{"role": "user", "content": "ladder"}],
+    }
+    return pricing.quote(freeze(body), revision)
 
 
-def build(statuses, now=None):
-    now = now or utc_now()
+def build(statuses, verdicts):
+    """Rungs from ``Ledger.ladder``'s ``(status lines, {name: Verdict})``."""
     available, unavailable = [], []
     for status in statuses:
-        reason = _unavailable_reason(status, now)
         committed = status.spent_nusd + status.open_ceiling_nusd
-        if reason is None:
-            available.append((status, Candidate(status.name, status.budget_nusd, committed, status.rank or 0, status.weight or 1)))
+        verdict = verdicts.get(status.name)
+        if verdict is None:
+            # What a reservation pinned to it answers.
+            unavailable.append(
+                Rung(None, status.name, status.rank, status.weight, committed, status.budget_nusd, False,
+                     "not declared", "no_account_available")
+            )
+        elif verdict.code is None:
+            available.append(selection.candidate(verdict))
         else:
-            unavailable.append(Rung(None, status.name, status.rank, status.weight, committed, status.budget_nusd, False, reason))
+            unavailable.append(
+                Rung(None, status.name, status.rank, status.weight, committed, status.budget_nusd, False,
+                     verdict.reason, verdict.code)
+            )
     rungs = [
         Rung(position, c.name, c.rank, c.weight, c.committed_nusd, c.budget_nusd, True, "available")
-        for position, c in enumerate(selection.order([c for _, c in available]), start=1)
+        for position, c in enumerate(selection.order(available), start=1)
     ]
     unavailable.sort(key=lambda rung: (rung.rank if rung.rank is not None else 1 << 62, rung.name))
     return rungs + unavailable

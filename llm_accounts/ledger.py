@@ -32,7 +32,7 @@ import uuid
 
 from . import clock, health, schema, selection
 from .errors import AccountsError
-from .money import INT64_MAX, usd, usd_exact
+from .money import INT64_MAX
 from .records import (  # the records are part of the ledger's API
     AccountStatus,
     BLOCK_REASONS,
@@ -84,28 +84,8 @@ WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 # Messages
 
 
-def _money(nusd):
-    """Exact dollars, cents at least: figures set side by side in one message never round to
-    the same text while they differ (``$19.999999999`` spent of a ``$20.00`` budget)."""
-    if nusd % 10_000_000 == 0:
-        return usd(nusd, 2)
-    whole, frac = usd_exact(nusd).split(".")
-    sign = "-" if whole.startswith("-") else ""
-    return f"{sign}${int(whole.lstrip('-')):,}.{frac.rstrip('0')}"
-
-
-def _when(t):
-    return t.strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
-    """The one-line budget_exhausted message: spend, the limit, what this attempt needs, the reset."""
-    month = clock.credit_month(now)
-    resets = clock.credit_period(month)[1]
-    return (
-        f"{who} has {_money(spent_nusd)} spent and {_money(open_nusd)} in open ceilings of its {limit} "
-        f"for credit period {month}; this attempt needs up to {_money(ceiling_nusd)}; the {noun} resets {_when(resets)}"
-    )
+_money = selection.money
+_when = selection.when
 
 
 def _busy(op="reserve"):
@@ -130,11 +110,13 @@ SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
          AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
        h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
        h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
-       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport
+       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport,
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
 FROM attempt t
 JOIN account a ON a.provider = t.provider AND a.name = t.account
 LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
 LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+LEFT JOIN model_health mh ON mh.provider = t.provider AND mh.account = t.account AND mh.model = t.requested_model
 WHERE t.id = ?
 """
 
@@ -147,11 +129,13 @@ SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
        h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
        h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
        h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe,
-       h.transport_failures AS h_transport, p.state AS probe_state, p.created_at AS probe_created_at
+       h.transport_failures AS h_transport, p.state AS probe_state, p.created_at AS probe_created_at,
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
 FROM account a
 LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
 LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
 LEFT JOIN attempt p ON p.id = h.probe_attempt_id
+LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
 WHERE a.provider = :provider
 """
 
@@ -176,71 +160,54 @@ def _iso(t):
     return None if t is None else clock.isoformat(t)
 
 
-@dataclasses.dataclass
-class _Facts:
-    name: str
-    key_env: str | None = None
-    rank: int | None = None
-    weight: int | None = None
-    block_reason: str | None = None
-    blocked_at: str | None = None
-    month_row: bool = False
-    budget_nusd: int | None = None
-    daily_budget_nusd: int | None = None
-    month_key_env: str | None = None
-    settled_nusd: int = 0
-    open_nusd: int = 0
-    day_utc: str | None = None
-    day_settled_nusd: int = 0
-    day_open_nusd: int = 0
-    adjusted_nusd: int = 0
-    record: health.Health | None = None
-    probe_taken: bool = False
-    in_ledger: bool = False
-
-    @classmethod
-    def from_row(cls, row, now, full=True):
-        """``full=False`` (admission) skips parsing a healthy row: only a failing one gates."""
-        h = _health_from(row) if full or row["h_state"] == "failing" else None
-        return cls(
-            name=row["name"],
-            key_env=row["key_env"],
-            rank=row["rank"],
-            weight=row["weight"],
-            block_reason=row["block_reason"],
-            blocked_at=row["blocked_at"],
-            month_row=row["budget_nusd"] is not None,
-            budget_nusd=row["budget_nusd"],
-            daily_budget_nusd=row["daily_budget_nusd"],
-            month_key_env=row["month_key_env"],
-            settled_nusd=row["settled_nusd"] or 0,
-            open_nusd=row["open_nusd"] or 0,
-            day_utc=row["day_utc"],
-            day_settled_nusd=row["day_settled_nusd"] or 0,
-            day_open_nusd=row["day_open_nusd"] or 0,
-            adjusted_nusd=row["adjusted_nusd"],
-            record=h,
-            probe_taken=health.probe_outstanding(
-                h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
-            ),
-            in_ledger=True,
-        )
-
-    @property
-    def spent_nusd(self):
-        return self.settled_nusd + self.adjusted_nusd
+def _model_health_from(row, model):
+    """The ``model_health`` columns of ``row`` (prefix ``mh_``) as a record, or ``None``."""
+    until = selection.parse_time(row["mh_cooldown_until"])
+    if until is None:
+        return None
+    return health.ModelHealth(
+        model=model,
+        since=selection.parse_time(row["mh_since"]),
+        last_failure_at=selection.parse_time(row["mh_last_failure_at"]),
+        cooldown_until=until,
+    )
 
 
-@dataclasses.dataclass
-class _Verdict:
-    """Whether one account may take this attempt, and the numbers behind the answer."""
+def _facts_from_row(row, now, full=True, model=None):
+    """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
+    healthy row: only a failing one gates."""
+    h = _health_from(row) if full or row["h_state"] == "failing" else None
+    return selection.Facts(
+        name=row["name"],
+        key_env=row["key_env"],
+        rank=row["rank"],
+        weight=row["weight"],
+        block_reason=row["block_reason"],
+        blocked_at=row["blocked_at"],
+        month_row=row["budget_nusd"] is not None,
+        budget_nusd=row["budget_nusd"],
+        daily_budget_nusd=row["daily_budget_nusd"],
+        month_key_env=row["month_key_env"],
+        settled_nusd=row["settled_nusd"] or 0,
+        open_nusd=row["open_nusd"] or 0,
+        day_utc=row["day_utc"],
+        day_settled_nusd=row["day_settled_nusd"] or 0,
+        day_open_nusd=row["day_open_nusd"] or 0,
+        adjusted_nusd=row["adjusted_nusd"],
+        record=h,
+        probe_taken=health.probe_outstanding(
+            h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
+        ),
+        in_ledger=True,
+        model_record=None if model is None else _model_health_from(row, model),
+    )
 
-    account: object
-    facts: _Facts
-    code: str | None = None
-    message: str | None = None
-    probe: bool = False
-    budget_nusd: int = 0
+
+def _read_facts(conn, provider, month, now, full=True, model=None):
+    return {
+        row["name"]: _facts_from_row(row, now, full, model)
+        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model})
+    }
 
 
 class _Deferred:
@@ -437,9 +404,9 @@ class Ledger:
         if not _schema_text_is_utf8(conn):
             raise self._unavailable("its schema holds text that is not UTF-8, so it is damaged or not a ledger")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (0, schema.VERSION):
+        if version not in (*schema.MIGRATES_FROM, schema.VERSION):
             raise self._unavailable(
-                f"schema version {version} is not one this llm-accounts understands (it reads version {schema.VERSION}); upgrade llm-accounts"
+                f"schema version {version} is not one this llm-accounts understands (it reads versions up to {schema.VERSION}); upgrade llm-accounts"
             )
         if version == schema.VERSION and _schema_complete(conn):
             return
@@ -453,15 +420,16 @@ class Ledger:
             raise
 
     def _migrate(self, conn):
-        """Create a fresh ledger, or bring an older version-1 one up to date, under the lock."""
+        """Create a fresh ledger, or bring an older one (version 1, or version 2 missing a later
+        column) up to date, under the lock, keeping every row."""
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version == schema.VERSION and _schema_complete(conn):
             return  # another process finished it while this one waited for the lock
         tables = _table_names(conn)
         if version == 0 and tables - set(schema.TABLE_NAMES):
             raise self._unavailable("it holds tables that are not an llm-accounts ledger's")
-        if version == schema.VERSION and not set(schema.BASE_TABLES) <= tables:
-            raise self._unavailable("a version-1 ledger with a base table missing")
+        if version != 0 and not set(schema.BASE_TABLES) <= tables:
+            raise self._unavailable(f"a version-{version} ledger with a base table missing")
         for statement in schema.statements():
             conn.execute(statement)
         added = set()
@@ -488,8 +456,11 @@ class Ledger:
         already tried are not selected, and a scope whose every attempt was refused unbilled
         (429, 529 or never sent) still counts as new while its bound account is excluded, so it is
         bound to the next candidate.
+
+        ``now`` is for tests; without it the clock is read inside the transaction, once the write
+        lock is held, so instants follow commit order and an admission that waited for the lock
+        across a credit-period boundary lands in the new period.
         """
-        now = now or clock.now()
         check_scope(scope)
         check_id(attempt_id, "attempt_id")
         check_quote(quote)
@@ -506,6 +477,7 @@ class Ledger:
         )
 
     def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now):
+        now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
         duplicate, newest, bound = conn.execute(
@@ -521,10 +493,7 @@ class Ledger:
             raise self._unavailable(
                 f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
             )
-        facts = {
-            row["name"]: _Facts.from_row(row, now, full=False)
-            for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
-        }
+        facts = _read_facts(conn, provider, month, now, full=False, model=quote.requested_model)
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
         if moving:
             bound = None
@@ -577,81 +546,19 @@ class Ledger:
         return verdict
 
     def _verdict(self, conn, provider, account, facts, quote, day, now, client=None):
-        """Check one account for this attempt: model, client list, block, month config, health,
-        month and day room, then the client's cap on this account."""
-        f = facts.get(account.name) or _Facts(name=account.name)
-        v = _Verdict(account=account, facts=f, budget_nusd=f.budget_nusd or account.budget_nusd)
-        name, ceiling = account.name, quote.ceiling_nusd
-        if not selection.serves(account, quote.requested_model):
-            v.code, v.message = "no_account_available", f"account '{name}' does not serve model {quote.requested_model}"
-            return v
-        if clients_only(account) and client_cap(account, client) is None:
-            # ADR-0055 "a client's allowed account list": not a candidate for any other client.
-            v.code = "account_blocked"
-            v.message = (
-                f"account '{name}' serves only its listed clients"
-                f"{' and no client is set' if client is None else f', not client {client!r}'}; "
-                "set the client with -o client NAME or LLM_ACCOUNTS_CLIENT"
-            )
-            return v
-        if f.block_reason:
-            v.code = "account_blocked"
-            v.message = f"account '{name}' is blocked ({f.block_reason}); after checking it, run: llm accounts unblock {name}"
-            return v
-        daily = getattr(account, "daily_budget_nusd", None)
-        # The month row fixes budget, daily budget and key_env for the credit period: they are the
-        # account's credit. Client caps are deliberately not in it: ADR-0055's caps are policy
-        # (which client may spend what on which account), so they may change mid-period and are
-        # read from the declaration in force at each admission.
-        if f.month_row and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env) != (account.budget_nusd, daily, account.key_env):
-            v.code = "account_config_conflict"
-            v.message = (
-                f"account '{name}' started credit period {clock.credit_month(now)} with budget {_money(f.budget_nusd)}"
-                f"{'' if f.daily_budget_nusd is None else ', daily ' + _money(f.daily_budget_nusd)} and key_env {f.month_key_env}; "
-                f"the declaration now differs. Restore those values until the period ends at {_when(clock.credit_period(clock.credit_month(now))[1])} "
-                f"(a new period may change them), or correct spend with llm accounts adjust"
-            )
-            return v
-        gate = health.gate(f.record, now, f.probe_taken)
-        if gate == "blocked":
-            v.code, v.message = "auth_failed", f"account '{name}' failed authentication; after fixing its key run: llm accounts unblock {name}"
-            return v
-        if gate == "cooling":
-            h = f.record
-            v.code = health.COOLING_CODES.get(h.failure_class, "provider_error")
-            until = (
-                "its one probe attempt is in flight; wait for its outcome"
-                if f.probe_taken
-                else f"cooling until {_when(h.cooldown_until)}, then one probe attempt is let through"
-            )
-            v.message = f"account '{name}' is failing ({h.failure_class}); {until}"
-            return v
-        v.probe = gate == "probe"
-        if not selection.fits(f.spent_nusd, f.open_nusd, ceiling, v.budget_nusd):
-            v.code = "budget_exhausted"
-            v.message = _over_limit(
-                f"account '{name}'", f.spent_nusd, f.open_nusd, f"{_money(v.budget_nusd)} budget", "budget", ceiling, now
-            )
-            return v
-        if daily is not None:
-            day_settled, day_open = self._day_totals(conn, provider, f, day)
-            if not selection.fits(day_settled, day_open, ceiling, daily):
-                v.code = "budget_exhausted"
-                v.message = (
-                    f"account '{name}' daily budget reached: {_money(day_settled)} spent and {_money(day_open)} in open ceilings "
-                    f"of {_money(daily)} today ({day} UTC); this attempt needs up to {_money(ceiling)}; "
-                    f"it resets {_when(clock.next_day_start(now))}"
-                )
-                return v
-        cap = client_cap(account, client)
-        if cap is not None:
-            settled, open_ = _client_totals(conn, provider, name, clock.credit_month(now), client)
-            if not selection.fits(settled, open_, ceiling, cap):
-                v.code = "budget_exhausted"
-                v.message = _over_limit(
-                    f"client '{client}'", settled, open_, f"{_money(cap)} cap on account '{name}'", "cap", ceiling, now
-                )
-        return v
+        """Read what ``selection.verdict`` needs beyond ``facts`` (today's totals with a daily
+        budget, the client's totals with a cap) and ask it. Admission and ``ladder`` both come here."""
+        f = facts.get(account.name) or selection.Facts(name=account.name)
+        day_totals = (0, 0)
+        if getattr(account, "daily_budget_nusd", None) is not None:
+            day_totals = self._day_totals(conn, provider, f, day)
+        client_totals = (0, 0)
+        if client_cap(account, client) is not None:
+            client_totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
+        return selection.verdict(
+            account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
+            others=facts.values(), day_totals=day_totals, client_totals=client_totals,
+        )
 
     def _day_totals(self, conn, provider, f, day):
         if f.day_utc == day:
@@ -688,12 +595,8 @@ class Ledger:
                     warm.add(row["account"])
         by_name = {v.account.name: v for v in fit}
         candidates = selection.order(
-            selection.Candidate(
-                name=v.account.name,
-                budget_nusd=v.budget_nusd,
-                committed_nusd=v.facts.spent_nusd + v.facts.open_nusd,
-                rank=v.account.rank,
-                weight=v.account.weight,
+            selection.candidate(
+                v,
                 warm=v.account.name in warm
                 and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
             )
@@ -717,13 +620,19 @@ class Ledger:
         account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)
         provider, name = scope.provider, account.name
         self._ensure_account(conn, provider, account, f, ts)
+        daily = getattr(account, "daily_budget_nusd", None)
+        if f.month_row and f.daily_budget_nusd != daily:
+            # The daily budget is policy: the month row shows the one in force at the latest admission.
+            conn.execute(
+                "UPDATE month SET daily_budget_nusd = ? WHERE provider = ? AND name = ? AND month_utc = ?",
+                (daily, provider, name, month),
+            )
         if not f.month_row:
             conn.execute(
                 """INSERT INTO month (provider, name, month_utc, budget_nusd, daily_budget_nusd, key_env, created_at,
                    settled_nusd, open_nusd, day_utc, day_settled_nusd, day_open_nusd)
                    VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0, ?)""",
-                (provider, name, month, account.budget_nusd, getattr(account, "daily_budget_nusd", None),
-                 account.key_env, ts, ceiling, day, ceiling),
+                (provider, name, month, account.budget_nusd, daily, account.key_env, ts, ceiling, day, ceiling),
             )
         elif f.day_utc == day:
             conn.execute(
@@ -779,8 +688,8 @@ class Ledger:
 
         ``cert``, ``hour_after_key`` and ``server_tools`` describe the request's stable prefix for
         the warm-prefix index (Amendment 5 Decisions 3 and 8); only a complete settlement uses them.
+        Without ``now`` the clock is read inside the transaction, once the write lock is held.
         """
-        now = now or clock.now()
         check_id(attempt_id, "attempt_id")
         fields = check_evidence(evidence)
         if cert is not None:
@@ -790,6 +699,7 @@ class Ledger:
         )
 
     def _settle(self, conn, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
+        now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
         ts = clock.isoformat(now)
         row = conn.execute(
             _ATTEMPT_SQL,
@@ -854,7 +764,13 @@ class Ledger:
 
     def _settle_complete(self, conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now):
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
-        _write_health(conn, provider, name, health.record_success(h, now))
+        admitted = selection.parse_time(row["created_at"])
+        _write_health(conn, provider, name, health.record_success(h, now, admitted, attempt_id))
+        if health.model_success_clears(_model_health_from(row, row["requested_model"]), admitted):
+            conn.execute(
+                "DELETE FROM model_health WHERE provider = ? AND account = ? AND model = ?",
+                (provider, name, row["requested_model"]),
+            )
         if evidence.cost_nusd > row["ceiling_nusd"]:
             # ADR-0126 D5: record the true cost, never clamp it, and block the account.
             log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
@@ -878,7 +794,20 @@ class Ledger:
 
     def _record_failure(self, conn, row, h, failure_class, http_status, ts, now):
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
-        if failure_class in health.HEALTH_CLASSES:
+        if failure_class in health.MODEL_CLASSES:
+            # The model cools on this account; the account itself stays as it is.
+            model = row["requested_model"]
+            changed = health.record_model_failure(_model_health_from(row, model), model, now)
+            if changed is not None:
+                conn.execute(
+                    """INSERT INTO model_health (provider, account, model, since, last_failure_at, cooldown_until)
+                       VALUES (?, ?, ?, ?, ?, ?)
+                       ON CONFLICT (provider, account, model) DO UPDATE SET since = excluded.since,
+                         last_failure_at = excluded.last_failure_at, cooldown_until = excluded.cooldown_until""",
+                    (provider, name, model, _iso(changed.since), _iso(changed.last_failure_at), _iso(changed.cooldown_until)),
+                )
+            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
+        elif failure_class in health.HEALTH_CLASSES:
             _write_health(conn, provider, name, health.record_failure(h, failure_class, http_status, now, attempt_id))
             if failure_class == "auth":
                 self._block(conn, provider, name, row["block_reason"], "auth_failed", f"attempt:{attempt_id}", ts)
@@ -903,22 +832,27 @@ class Ledger:
 
     def block(self, account, reason="manual", *, source_ref="llm accounts block", provider="anthropic", now=None):
         """Block an account (``manual`` from ``llm accounts block``); it stays blocked until unblocked."""
-        now = now or clock.now()
         name, declared = account_ref(account)
         if reason not in BLOCK_REASONS:
             raise invalid("reason", "must be auth_failed, settlement_conflict, ceiling_exceeded or manual")
         check_source(source_ref)
 
         def run(conn):
-            current = self._account_row(conn, provider, name, declared, now)
-            self._block(conn, provider, name, current["block_reason"], reason, source_ref, clock.isoformat(now))
+            at = now or clock.now()
+            current = self._account_row(conn, provider, name, declared, at)
+            self._block(conn, provider, name, current["block_reason"], reason, source_ref, clock.isoformat(at))
             return "already_blocked" if current["block_reason"] else "blocked"
 
         return self._run("block", run)
 
     def clear_block(self, adjustment_id, account, source_ref, *, provider="anthropic", now=None):
-        """Unblock (ADR-0126 D4 ``clear_block``): a zero-delta ``unblock`` row with no month."""
-        now = now or clock.now()
+        """Unblock (ADR-0126 D4 ``clear_block``): a zero-delta ``unblock`` row with no month.
+
+        It ends the account's block and any health dwell with it (an authentication failure, a
+        cooldown such as exhausted credit, a probe in flight, every model cooling there).
+        Returns ``"unblocked"`` (a block ended), ``"health_cleared"`` (no block, but a dwell or a
+        model cooldown ended), ``"not_blocked"`` (nothing to clear) or ``"already_recorded"``.
+        """
         check_id(adjustment_id, "adjustment_id")
         name, declared = account_ref(account)
         check_source(source_ref)
@@ -926,20 +860,33 @@ class Ledger:
         def run(conn):
             if self._repeat(conn, adjustment_id, "unblock", None, provider, name, None, 0, source_ref):
                 return "already_recorded"
-            current = self._account_row(conn, provider, name, declared, now)
-            ts = clock.isoformat(now)
+            at = now or clock.now()
+            current = self._account_row(conn, provider, name, declared, at)
+            ts = clock.isoformat(at)
+            record = self._health(conn, provider, name)
+            cleared = health.clear(record, at)
+            models = conn.execute(
+                "SELECT COUNT(*) FROM model_health WHERE provider = ? AND account = ?", (provider, name)
+            ).fetchone()[0]
+            detail = current["block_reason"]
+            if detail is None and cleared is not None and record.state == "failing":
+                detail = record.failure_class
+            if detail is None and models:
+                detail = "model_unavailable"
             conn.execute(
                 """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
                    VALUES (?, 'unblock', ?, ?, 0, ?, ?, ?)""",
-                (adjustment_id, provider, name, source_ref, current["block_reason"], ts),
+                (adjustment_id, provider, name, source_ref, detail, ts),
             )
+            _write_health(conn, provider, name, cleared)
+            if models:
+                conn.execute("DELETE FROM model_health WHERE provider = ? AND account = ?", (provider, name))
             if current["block_reason"] is None:
-                return "not_blocked"
+                return "health_cleared" if cleared is not None or models else "not_blocked"
             conn.execute(
                 "UPDATE account SET block_reason = NULL, blocked_at = NULL WHERE provider = ? AND name = ?", (provider, name)
             )
             _clear_warm(conn, provider, name)
-            _write_health(conn, provider, name, health.clear_auth(self._health(conn, provider, name), now))
             return "unblocked"
 
         return self._run("clear_block", run)
@@ -947,7 +894,6 @@ class Ledger:
     def reconcile(self, adjustment_id, attempt_id, cost_nusd, source_ref, *, now=None):
         """Close an open attempt at a sourced cost (ADR-0126 D4): the cost enters spend once, through
         the attempt, and a zero-delta ``reconciliation`` row records who said so."""
-        now = now or clock.now()
         check_id(adjustment_id, "adjustment_id")
         check_id(attempt_id, "attempt_id")
         check_int(cost_nusd, "cost")
@@ -973,7 +919,7 @@ class Ledger:
                 )
             if row["m_settled"] + row["m_open"] + row["m_adjusted"] - row["ceiling_nusd"] + cost_nusd > INT64_MAX:
                 raise invalid("cost", "would take the month's total past signed 64-bit nanodollars")
-            ts = clock.isoformat(now)
+            ts = clock.isoformat(now or clock.now())
             conn.execute(
                 "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ? WHERE id = ?", (cost_nusd, ts, attempt_id)
             )
@@ -994,7 +940,6 @@ class Ledger:
 
     def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
         """A signed, sourced correction to a month's spend (ADR-0126 D4); never rewrites an attempt."""
-        now = now or clock.now()
         check_id(adjustment_id, "adjustment_id")
         name, declared = account_ref(account)
         check_month(month_utc)
@@ -1007,7 +952,8 @@ class Ledger:
         def run(conn):
             if self._repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
                 return "already_recorded"
-            self._account_row(conn, provider, name, declared, now)
+            at = now or clock.now()
+            self._account_row(conn, provider, name, declared, at)
             if attempt_id is not None:
                 owner = conn.execute("SELECT account FROM attempt WHERE id = ?", (attempt_id,)).fetchone()
                 if owner is None or owner[0] != name:
@@ -1026,37 +972,61 @@ class Ledger:
             conn.execute(
                 """INSERT INTO adjustment (id, kind, attempt_id, provider, account, month_utc, delta_nusd, source_ref, created_at)
                    VALUES (?, 'correction', ?, ?, ?, ?, ?, ?, ?)""",
-                (adjustment_id, attempt_id, provider, name, month_utc, delta_nusd, source_ref, clock.isoformat(now)),
+                (adjustment_id, attempt_id, provider, name, month_utc, delta_nusd, source_ref, clock.isoformat(at)),
             )
             return "adjusted"
 
         return self._run("adjust", run)
 
     def rebind(self, scope, account, source_ref="llm accounts rebind", *, now=None):
-        """Move a conversation to another account, explicitly and on the record (ADR-0126 D3)."""
-        now = now or clock.now()
+        """Move a conversation to another account, explicitly and on the record (ADR-0126 D3).
+
+        ``account`` is the declared account (an Account-like); a bare name is refused, since a
+        conversation moves only to an account the declaration still holds. Refused too: a scope
+        the ledger holds no binding for (``declaration_invalid``, without repeating its id) and a
+        blocked account (``account_blocked``)."""
         check_scope(scope)
         name, declared = account_ref(account)
         check_source(source_ref)
+        if declared is None:
+            raise AccountsError(
+                "declaration_invalid",
+                f"account '{name}' is not declared; a conversation moves only to a declared account (see llm accounts list)",
+                account=name,
+            )
 
         def run(conn):
-            self._account_row(conn, scope.provider, name, declared, now)
-            ts = clock.isoformat(now)
             old = conn.execute(
                 "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
                 (scope.kind, scope.id, scope.provider),
             ).fetchone()
+            if old is None:
+                # The id is not repeated: the ledger holds nothing to match it with.
+                raise AccountsError(
+                    "declaration_invalid",
+                    "CONVERSATION_ID: the ledger holds no conversation with this id, so there is nothing to move; "
+                    "a conversation is recorded by its first routed prompt (see llm logs list for ids)",
+                )
+            at = now or clock.now()
+            target = self._account_row(conn, scope.provider, name, declared, at)
+            if target["block_reason"] is not None:
+                raise AccountsError(
+                    "account_blocked",
+                    f"account '{name}' is blocked ({target['block_reason']}); unblock it first (llm accounts unblock {name}) "
+                    "or move the conversation to another account",
+                    account=name,
+                )
+            ts = clock.isoformat(at)
             conn.execute(
-                """INSERT INTO binding (scope_kind, scope_id, provider, account, created_at) VALUES (?, ?, ?, ?, ?)
-                   ON CONFLICT (scope_kind, scope_id, provider) DO UPDATE SET account = excluded.account""",
-                (scope.kind, scope.id, scope.provider, name, ts),
+                "UPDATE binding SET account = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+                (name, scope.kind, scope.id, scope.provider),
             )
             conn.execute(
                 """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
                    VALUES (?, 'rebind', ?, ?, 0, ?, ?, ?)""",
                 (uuid.uuid4().hex, scope.provider, name, source_ref, f"{scope.kind}:{scope.id}", ts),
             )
-            return None if old is None else old[0]
+            return old[0]
 
         return self._run("rebind", run)
 
@@ -1101,85 +1071,129 @@ class Ledger:
 
     def status(self, accounts=None, *, provider="anthropic", now=None):
         """Per account, this credit period: budget, spend, open ceilings, remaining, today, health, block."""
-        now = now or clock.now()
         declared = declared_accounts(accounts)
+        return self._run("status", lambda conn: self._status_lines(conn, declared, provider, now or clock.now()), write=False)
+
+    def ladder(self, accounts, quote, *, client=None, provider="anthropic", now=None):
+        """``(status lines, {declared name: selection.Verdict})`` for an attempt priced by ``quote``,
+        read in one transaction: the verdicts come from the function admission uses, so each says
+        what ``reserve`` would do with that attempt on that account now."""
+        declared = declared_accounts(accounts)
+        check_quote(quote)
+        if client is not None:
+            check_pattern(client, CLIENT_RE, "client", "must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
 
         def run(conn):
-            month, day = clock.credit_month(now), clock.utc_day(now)
-            start, end = clock.credit_period(month)
-            facts = {
-                row["name"]: _Facts.from_row(row, now)
-                for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month})
+            at = now or clock.now()
+            month, day = clock.credit_month(at), clock.utc_day(at)
+            facts = _read_facts(conn, provider, month, at, full=False, model=quote.requested_model)
+            verdicts = {
+                name: self._verdict(conn, provider, account, facts, quote, day, at, client)
+                for name, account in declared.items()
             }
-            open_counts = dict(
-                conn.execute(
-                    "SELECT account, COUNT(*) FROM attempt WHERE state = 'open' AND provider = ? AND month_utc = ? GROUP BY account",
-                    (provider, month),
-                ).fetchall()
-            )
-            names = list(declared) + sorted(set(facts) - set(declared))
-            by_client = {}
-            if any(client_caps(account) for account in declared.values()):
-                for account_name, client, settled, open_ in conn.execute(
-                    """SELECT account, client, COALESCE(SUM(cost_nusd), 0),
-                         COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
-                       FROM attempt WHERE provider = ? AND month_utc = ? AND client IS NOT NULL
-                       GROUP BY account, client""",
-                    (provider, month),
-                ):
-                    by_client[account_name, client] = (settled, open_)
-            lines = []
-            for name in names:
-                account, f = declared.get(name), facts.get(name) or _Facts(name=name)
-                budget = f.budget_nusd if f.month_row else getattr(account, "budget_nusd", None)
-                daily = f.daily_budget_nusd if f.month_row else getattr(account, "daily_budget_nusd", None)
-                day_settled, day_open = self._day_totals(conn, provider, f, day)
-                h = f.record
-                conflict = bool(
-                    account is not None and f.month_row
-                    and (f.budget_nusd, f.daily_budget_nusd, f.month_key_env)
-                    != (account.budget_nusd, getattr(account, "daily_budget_nusd", None), account.key_env)
-                )
-                lines.append(
-                    AccountStatus(
-                        name=name,
-                        declared=account is not None,
-                        key_env=account.key_env if account is not None else f.key_env,
-                        rank=account.rank if account is not None else f.rank,
-                        weight=account.weight if account is not None else f.weight,
-                        month_utc=month,
-                        period_start=clock.isoformat(start),
-                        resets_at=clock.isoformat(end),
-                        budget_nusd=budget,
-                        settled_nusd=f.settled_nusd,
-                        adjustments_nusd=f.adjusted_nusd,
-                        open_ceiling_nusd=f.open_nusd,
-                        open_attempts=open_counts.get(name, 0),
-                        remaining_nusd=None if budget is None else budget - f.spent_nusd - f.open_nusd,
-                        daily_budget_nusd=daily,
-                        today_settled_nusd=day_settled,
-                        today_open_nusd=day_open,
-                        today_remaining_nusd=None if daily is None else daily - day_settled - day_open,
-                        day_resets_at=clock.isoformat(clock.next_day_start(now)),
-                        health=health.view(h, now, f.probe_taken),
-                        failure_class=None if h is None else h.failure_class,
-                        http_status=None if h is None else h.http_status,
-                        cooldown_until=None if h is None else _iso(h.cooldown_until),
-                        last_success_at=None if h is None else _iso(h.last_success_at),
-                        last_failure_at=None if h is None else _iso(h.last_failure_at),
-                        blocked_reason=f.block_reason,
-                        blocked_at=f.blocked_at,
-                        config_conflict=conflict,
-                        client_caps=tuple(
-                            _client_cap_status(label, cap, *by_client.get((name, label), (0, 0)))
-                            for label, cap in client_caps(account)
-                        ),
-                        clients_only=bool(clients_only(account)),
-                    )
-                )
-            return lines
+            return self._status_lines(conn, declared, provider, at), verdicts
 
-        return self._run("status", run, write=False)
+        return self._run("ladder", run, write=False)
+
+    def check_declaration(self, account, *, provider="anthropic", now=None):
+        """Refuse, with ``account_config_conflict``, a declaration this credit period cannot admit:
+        another monthly budget or key_env than the period's first attempt fixed, or a key_env whose
+        budget another name holds this period (``selection.period_conflict``)."""
+        name, declared = account_ref(account)
+        if declared is None:
+            raise invalid("account", "must be an account declaration")
+
+        def run(conn):
+            at = now or clock.now()
+            facts = _read_facts(conn, provider, clock.credit_month(at), at)
+            problem = selection.period_conflict(
+                declared, facts.get(name) or selection.Facts(name=name), facts.values(), at
+            )
+            if problem is not None:
+                raise AccountsError("account_config_conflict", problem, account=name)
+
+        return self._run("check_declaration", run, write=False)
+
+    def _status_lines(self, conn, declared, provider, now):
+        month, day = clock.credit_month(now), clock.utc_day(now)
+        start, end = clock.credit_period(month)
+        facts = _read_facts(conn, provider, month, now)
+        cooling_models = {}
+        for row in conn.execute(
+            "SELECT account, model, cooldown_until FROM model_health WHERE provider = ? ORDER BY account, model", (provider,)
+        ):
+            until = selection.parse_time(row["cooldown_until"])
+            if until is not None and until > now:
+                cooling_models.setdefault(row["account"], []).append((row["model"], _iso(until)))
+        open_counts = dict(
+            conn.execute(
+                "SELECT account, COUNT(*) FROM attempt WHERE state = 'open' AND provider = ? AND month_utc = ? GROUP BY account",
+                (provider, month),
+            ).fetchall()
+        )
+        names = list(declared) + sorted(set(facts) - set(declared))
+        by_client = {}
+        if any(client_caps(account) for account in declared.values()):
+            for account_name, client, settled, open_ in conn.execute(
+                """SELECT account, client, COALESCE(SUM(cost_nusd), 0),
+                     COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+                   FROM attempt WHERE provider = ? AND month_utc = ? AND client IS NOT NULL
+                   GROUP BY account, client""",
+                (provider, month),
+            ):
+                by_client[account_name, client] = (settled, open_)
+        lines = []
+        for name in names:
+            account, f = declared.get(name), facts.get(name) or selection.Facts(name=name)
+            budget = f.budget_nusd if f.month_row else getattr(account, "budget_nusd", None)
+            # The daily budget is policy: the declared one is in force; the month row keeps the
+            # one in force at the account's latest admission.
+            daily = getattr(account, "daily_budget_nusd", None) if account is not None else f.daily_budget_nusd
+            day_settled, day_open = self._day_totals(conn, provider, f, day)
+            h = f.record
+            conflict = bool(
+                account is not None and f.month_row
+                and (f.budget_nusd, f.month_key_env) != (account.budget_nusd, account.key_env)
+            )
+            lines.append(
+                AccountStatus(
+                    name=name,
+                    declared=account is not None,
+                    key_env=account.key_env if account is not None else f.key_env,
+                    rank=account.rank if account is not None else f.rank,
+                    weight=account.weight if account is not None else f.weight,
+                    month_utc=month,
+                    period_start=clock.isoformat(start),
+                    resets_at=clock.isoformat(end),
+                    budget_nusd=budget,
+                    settled_nusd=f.settled_nusd,
+                    adjustments_nusd=f.adjusted_nusd,
+                    open_ceiling_nusd=f.open_nusd,
+                    open_attempts=open_counts.get(name, 0),
+                    remaining_nusd=None if budget is None else budget - f.spent_nusd - f.open_nusd,
+                    daily_budget_nusd=daily,
+                    today_settled_nusd=day_settled,
+                    today_open_nusd=day_open,
+                    today_remaining_nusd=None if daily is None else daily - day_settled - day_open,
+                    day_resets_at=clock.isoformat(clock.next_day_start(now)),
+                    health=health.view(h, now, f.probe_taken),
+                    failure_class=None if h is None else h.failure_class,
+                    http_status=None if h is None else h.http_status,
+                    cooldown_until=None if h is None else _iso(h.cooldown_until),
+                    last_success_at=None if h is None else _iso(h.last_success_at),
+                    last_failure_at=None if h is None else _iso(h.last_failure_at),
+                    blocked_reason=f.block_reason,
+                    blocked_at=f.blocked_at,
+                    config_conflict=conflict,
+                    client_caps=tuple(
+                        _client_cap_status(label, cap, *by_client.get((name, label), (0, 0)))
+                        for label, cap in client_caps(account)
+                    ),
+                    clients_only=bool(clients_only(account)),
+                    model_cooldowns=tuple(cooling_models.get(name, ())),
+                )
+            )
+        return lines
 
     def spend(self, account=None, month_utc=None, *, provider="anthropic"):
         """Spend per account and credit period, summed from the attempt and adjustment rows."""
@@ -1229,6 +1243,15 @@ class Ledger:
         if limit is not None:
             sql += f" LIMIT {limit}"
         return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
+
+    def attempt_count(self, **filters):
+        """How many attempt rows match ``filters`` (the same filters as ``attempts``)."""
+        unknown = set(filters) - set(self._FILTERS)
+        if unknown:
+            raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
+        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
+        sql = f"SELECT COUNT(*) FROM attempt WHERE {where}"
+        return self._run("attempt_count", lambda conn: conn.execute(sql, filters).fetchone()[0], write=False)
 
     def open_attempts(self, **filters):
         """Attempts still holding their ceiling, oldest first: unknown outcomes awaiting

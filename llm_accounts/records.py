@@ -157,6 +157,8 @@ class AccountStatus:
     config_conflict: bool
     client_caps: tuple[ClientCapStatus, ...] = ()
     clients_only: bool = False
+    # (model id, cooldown_until) of each model cooling on this account after a model_unavailable
+    model_cooldowns: tuple[tuple[str, str], ...] = ()
 
     @property
     def spent_nusd(self):

@@ -1,4 +1,4 @@
-"""The ledger's tables, schema version 1 (ADR-0126 D4, Amendments 5 and 7; design.md "Ledger").
+"""The ledger's tables, schema version 2.
 
 Money columns are integer nanodollars. Times are ``isoformat()`` of aware UTC datetimes, so they
 sort in time order as text. No prompt, body, header, key, key length or key fingerprint is stored.
@@ -6,13 +6,19 @@ sort in time order as text. No prompt, body, header, key, key length or key fing
 ``TABLES`` is applied with ``CREATE ... IF NOT EXISTS`` whenever an open finds something missing,
 and ``COLUMNS`` lists columns added after a table was first shipped, so a ledger made by an older
 build gains them on open without losing rows (``BACKFILL`` fills the month totals from its rows).
-A version-1 file must already hold ``BASE_TABLES`` (ADR-0126 D4); ``llm_accounts.ledger`` does the
-opening, under the write lock, and refuses anything else.
+A version-1 or version-2 file must already hold ``BASE_TABLES``; ``llm_accounts.ledger`` does
+the opening, under the write lock, and refuses anything else.
+
+Versions: 1 is the first shipped schema; 2 adds ``model_health`` (a model that answered 404 cools
+on its account, not the whole account). Opening a version-1 file creates what version 2 adds and
+sets the version, keeping every row; nothing is ever reset.
 """
 
 import sqlite3
 
-VERSION = 1
+VERSION = 2
+# Versions an open accepts and brings up to ``VERSION`` (0: a file this build is creating).
+MIGRATES_FROM = (0, 1)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS account (
@@ -128,6 +134,19 @@ CREATE TABLE IF NOT EXISTS health (
     PRIMARY KEY (provider, account),
     FOREIGN KEY (provider, account) REFERENCES account (provider, name)
 );
+
+-- Version 2: a model the provider said is not available to an account (model_unavailable, a 404)
+-- cools on that account only; other models still route there. One row per model that failed.
+CREATE TABLE IF NOT EXISTS model_health (
+    provider          TEXT NOT NULL,
+    account           TEXT NOT NULL,
+    model             TEXT NOT NULL,   -- the requested model id, as quoted
+    since             TEXT NOT NULL,
+    last_failure_at   TEXT NOT NULL,
+    cooldown_until    TEXT NOT NULL,
+    PRIMARY KEY (provider, account, model),
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
 """
 
 # Columns added to shipped tables after they first shipped: (table, column, declaration).
@@ -168,9 +187,9 @@ UPDATE month SET
 """
 }
 
-TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health")
+TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health")
 
-# A version-1 file must already hold these (ADR-0126 D4); the others are gained on open.
+# A version-1 or version-2 file must already hold these; the others are gained on open.
 BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")
 
 

@@ -117,8 +117,8 @@ def test_refresh_models_names_the_argument_and_rule_for_an_undeclared_name(canar
 def test_rebind_does_not_repeat_the_conversation_id(canary_key):
     conversation_id = canary_key[13:]  # passes the id rule: no sk-ant
     result = run("accounts", "rebind", conversation_id, "work")
-    assert result.exit_code == 0
-    assert result.output == "The conversation had no binding; it now uses account work\n"
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: declaration_invalid: CONVERSATION_ID: the ledger holds no conversation with this id")
     assert_no_key_material(result.output, canary_key)
 
 

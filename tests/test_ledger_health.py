@@ -141,9 +141,10 @@ def test_a_failure_of_the_same_class_while_cooling_does_not_rewrite_the_row(ledg
     assert tuple(health_row(ledger)) == before
 
 
-def test_any_complete_settlement_supersedes_an_older_failure(ledger, work):
-    ledger.reserve(conv("c1"), "inflight", quote(), [work], now=T0)
-    fail_with_rate_limit(ledger, [work], "f1", "c2", at=later(1))
+def test_a_complete_settlement_supersedes_a_failure_recorded_as_its_attempt_was_admitted(ledger, work):
+    ledger.reserve(conv("c2"), "f1", quote(), [work], now=T0)
+    ledger.reserve(conv("c1"), "inflight", quote(), [work], now=later(1))
+    ledger.settle("f1", RATE_LIMITED, now=later(1))
     ledger.settle("inflight", Complete(5, usage(), MODEL), now=later(2))
     assert health_row(ledger)["state"] == "ok"
 
