@@ -724,7 +724,7 @@ def _add_account(account, replace):
     elif accounts[existing].key_env != account.key_env:
         raise AccountsError(
             "account_config_conflict",
-            f"account {account.name} uses another key_env; an account keeps its key_env for life (ADR-0126 D1), so declare a new account for a different key",
+            f"account {account.name} uses another key_env; an account keeps its key_env (docs/design.md \"What a credit period fixes\"), so declare a new account for a different key",
             account=account.name,
         )
     else:

@@ -183,6 +183,14 @@ def _stream_failure(attempt, outcome):
 def _after_delivery(attempt, error):
     """A settlement that failed after the provider answered in full: the answer is delivered,
     and the one line says so and that nothing is lost."""
+    if error.code == "settlement_conflict":
+        return AccountsError(
+            error.code,
+            f"{error.message} (the answer was delivered; attempt {attempt.id} on account '{attempt.account}' "
+            "was already settled with other evidence, which stands)",
+            account=attempt.account,
+            attempt_id=attempt.id,
+        )
     return AccountsError(
         error.code,
         f"{error.message} (the answer was delivered, but attempt {attempt.id} on account "

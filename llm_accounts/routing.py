@@ -190,7 +190,7 @@ class RoutedCall:
         if status in MOVE_ON_STATUSES and documented and self._may_move_on():
             self.failures.append((attempt.account, f"HTTP {status}", error))
             return None
-        return error
+        return self._with_tried(error)
 
     def transport_failed(self, attempt, failure):
         """The connection failed (``transport.TransportFailure``). Returns None to try the next
@@ -212,7 +212,20 @@ class RoutedCall:
         if failure.never_sent and self._may_move_on():
             self.failures.append((attempt.account, failure.kind, error))
             return None
-        return error
+        return self._with_tried(error)
+
+    def _with_tried(self, error):
+        """The last attempt's failure, naming the accounts a new conversation already moved on from."""
+        if not self.failures:
+            return error
+        tried = ", ".join(f"{name} ({summary})" for name, summary, _ in self.failures)
+        return AccountsError(
+            error.code,
+            f"{error.message}; also tried {tried}",
+            account=error.account,
+            attempt_id=error.attempt_id,
+            http_status=error.http_status,
+        )
 
     def completed(self, attempt, message, request_id=None):
         """Settle a finished message from its usage; returns the ``routing`` object for llm logs.
@@ -246,9 +259,10 @@ class RoutedCall:
         return self.routing(paid_by=attempt.account)
 
     def not_sent(self, attempt):
-        """The caller gave up before the request was built: proven never sent."""
+        """The caller gave up before the request was built: proven never sent, and the caller's
+        own doing, so warm prefixes stay."""
         attempt.secret = None
-        self._settle(attempt.id, NotSent(), "not_sent", 0)
+        self._settle(attempt.id, NotSent(caller_cancelled=True), "not_sent", 0)
 
     def stream_failed(self, attempt, outcome, failure_class=None):
         """A stream that ended without complete usage: the attempt stays open (unknown)."""
@@ -267,10 +281,10 @@ class UnroutedCall:
     """No accounts declared: send with llm's single Anthropic key, touching no ledger."""
 
     def __init__(self, key):
-        self.key = key
+        self.key = keys.Secret(key)
 
     def begin(self):
-        return Attempt(reservation=None, secret=keys.Secret(self.key))
+        return Attempt(reservation=None, secret=self.key)
 
     def refused(self, attempt, status, info):
         return AccountsError(

@@ -238,6 +238,16 @@ class _EventNamesOnly(logging.Filter):
         return True
 
 
+class _NoReasonPhrase(logging.Filter):
+    """httpx's INFO line ends with the status line's reason phrase, which the server chooses:
+    it is replaced by a fixed word; method, URL and status stay (docs/security.md "Logging")."""
+
+    def filter(self, record):
+        if isinstance(record.args, tuple) and len(record.args) == 5 and str(record.msg).startswith("HTTP Request:"):
+            record.args = record.args[:4] + ("(reason not logged)",)
+        return True
+
+
 _TRACE_LOGGERS = ("httpcore.http11", "httpcore.http2", "httpcore.connection", "httpcore.proxy", "httpcore.socks")
 
 
@@ -246,3 +256,4 @@ def _quiet_header_traces():
     trace = _EventNamesOnly()
     for name in _TRACE_LOGGERS:
         logging.getLogger(name).addFilter(trace)
+    logging.getLogger("httpx").addFilter(_NoReasonPhrase())

@@ -268,3 +268,22 @@ def test_a_cooling_account_with_its_probe_in_flight_says_so_once(ledger_path):
         "account 'work' is failing (provider_outage); its one probe attempt is in flight; wait for its outcome"
     )
     assert caught.value.message.count("probe") == 1
+
+
+def test_a_move_on_stopped_at_four_accounts_names_the_accounts_tried(user_path, ledger_path, monkeypatch):
+    from conftest import make_key
+    from llm_accounts.standin import StandIn
+
+    names = ["a1", "a2", "a3", "a4", "a5"]
+    keys = {name: make_key() for name in names}
+    (user_path / "keys.json").write_text(json.dumps({f"{name.upper()}_KEY": keys[name] for name in names}))
+    save_accounts_file([Account(name, f"{name.upper()}_KEY", 20 * NANO) for name in names], None)
+    config = {"keys": [{"label": name, "key": keys[name], "organization": f"org-{name}", "behaviour": "rate_limited"}
+                       for name in names]}
+    with StandIn(config) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        line = one_line(llm_cli("-m", MODEL, "hello"))
+    tried = [row["account"] for row in attempts(ledger_path)]
+    assert len(tried) == 4
+    assert line.startswith(f"Error: rate_limited: account '{tried[-1]}' answered HTTP 429 rate_limit_error")
+    assert line.endswith("; also tried " + ", ".join(f"{name} (HTTP 429)" for name in tried[:-1]))

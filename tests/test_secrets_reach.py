@@ -187,3 +187,23 @@ def test_debug_logging_of_every_logger_shows_no_key_material(hostile_account, ca
     assert_no_key_material(caplog.text, canary_key)
     for record in caplog.records:
         assert_no_key_material(repr(record.args), canary_key)
+
+
+def test_a_status_line_quoting_the_key_is_not_logged(canary_key, user_path, ledger_path, caplog, monkeypatch):
+    # The reason phrase of the status line is the server's to choose; httpx logs it at INFO.
+    import json as json_module
+
+    from hostile import message
+    from stalling import Stalling
+
+    (user_path / "keys.json").write_text(json_module.dumps({"ALPHA_KEY": canary_key}))
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO)], None)
+    data = json_module.dumps(message([{"type": "text", "text": "Hello."}])).encode()
+    status = f"HTTP/1.1 200 {canary_key}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n\r\n"
+    with Stalling() as server:
+        server.pieces = [status.encode(), data]
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        caplog.set_level(logging.DEBUG)
+        llm.get_model(MODEL).prompt("hello", stream=False).text()
+    assert any(record.name == "httpx" for record in caplog.records), "httpx did not log"
+    assert_no_key_material(caplog.text, canary_key)
