@@ -846,7 +846,7 @@ class Ledger:
         return self._run("block", run)
 
     def clear_block(self, adjustment_id, account, source_ref, *, provider="anthropic", now=None):
-        """Unblock (ADR-0126 D4 ``clear_block``): a zero-delta ``unblock`` row with no month.
+        """Unblock: a zero-delta ``unblock`` row with no month, recorded with its source.
 
         It ends the account's block and any health dwell with it (an authentication failure, a
         cooldown such as exhausted credit, a probe in flight, every model cooling there).
@@ -979,7 +979,7 @@ class Ledger:
         return self._run("adjust", run)
 
     def rebind(self, scope, account, source_ref="llm accounts rebind", *, now=None):
-        """Move a conversation to another account, explicitly and on the record (ADR-0126 D3).
+        """Move a conversation to another account, explicitly and on the record.
 
         ``account`` is the declared account (an Account-like); a bare name is refused, since a
         conversation moves only to an account the declaration still holds. Refused too: a scope
