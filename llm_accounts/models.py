@@ -167,14 +167,16 @@ def _parsed(raw):
         return None
 
 
-def _stream_failure(attempt, outcome):
-    """The routed error for a response that ended early; its attempt stays open (unknown)."""
+def _stream_failure(attempt, outcome, malformed=None):
+    """The routed error for a response that ended early or broke the stream format (``malformed``
+    is our text, never theirs); its attempt stays open (unknown)."""
     code = "provider_error" if outcome == "stream_error" else "transport_error"
+    what = f"the stream was malformed: {malformed}" if malformed else f"the response ended early ({outcome})"
     if attempt.reservation is None:
-        return AccountsError(code, f"the response ended early ({outcome})")
+        return AccountsError(code, what)
     return AccountsError(
         code,
-        f"account '{attempt.account}': the response ended early ({outcome}); the attempt stays open until reconciled (attempt {attempt.id})",
+        f"account '{attempt.account}': {what}; the attempt stays open until reconciled (attempt {attempt.id})",
         account=attempt.account,
         attempt_id=attempt.id,
     )
@@ -349,11 +351,14 @@ class RoutedClaude(_Shared, llm.KeyModel):
         # Settled before the last held text is released: a consumer that stops now leaves
         # nothing open that the provider already answered in full.
         if reader.complete:
-            self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
+            try:
+                self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
+            except AccountsError as error:
+                end.fail(error)  # raised once the held text below is shown
         else:
             outcome, failure = reader.failure()
             call.stream_failed(attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome))
+            end.decide(_stream_failure(attempt, outcome, reader.malformed))
         yield from reader.finish()
 
 
@@ -467,11 +472,14 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
         if reader.complete:
-            await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
+            try:
+                await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
+            except AccountsError as error:
+                end.fail(error)
         else:
             outcome, failure = reader.failure()
             await _shielded(call.stream_failed, attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome))
+            end.decide(_stream_failure(attempt, outcome, reader.malformed))
         for event in reader.finish():
             yield event
 
