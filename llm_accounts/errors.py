@@ -1,4 +1,4 @@
-"""The routed error codes (ADR-0126 D6, see design.md "Error codes").
+"""The routed error codes (docs/errors.md "Error codes").
 
 Every refusal the plugin raises is an ``AccountsError`` carrying one code from a closed set.
 Messages name codes, accounts, fields and rules, never a key or a provider's text.
@@ -6,7 +6,6 @@ Messages name codes, accounts, fields and rules, never a key or a provider's tex
 
 CODES = frozenset(
     {
-        # ADR-0126 D6
         "credential_missing",
         "credential_invalid",
         "credential_lookup_failed",
@@ -25,9 +24,9 @@ CODES = frozenset(
         "request_rejected",
         "provider_error",
         "transport_error",
-        # Ours: a declaration (ANTHROPIC_ACCOUNTS, .env, accounts.json) or a command's input is invalid.
+        # A declaration (ANTHROPIC_ACCOUNTS, .env, accounts.json) or a command's input is invalid.
         "declaration_invalid",
-        # Ours: no account can take a new conversation (all cooling, blocked or not serving the model).
+        # No account can take a new conversation (all cooling, blocked or not serving the model).
         "no_account_available",
     }
 )
@@ -36,13 +35,16 @@ CODES = frozenset(
 class AccountsError(Exception):
     """A refusal with a code from ``CODES``; ``str()`` is one line, safe to print."""
 
-    def __init__(self, code, message, *, account=None, attempt_id=None, http_status=None):
+    def __init__(self, code, message, *, account=None, attempt_id=None, http_status=None, retry_at=None):
         if code not in CODES:
             raise ValueError("unknown error code")
         self.code = code
         self.account = account
         self.attempt_id = attempt_id
         self.http_status = http_status
+        # When a cooling account takes its next attempt (an aware datetime), for a refusal a
+        # caller may wait out (docs/design.md "Retries").
+        self.retry_at = retry_at
         self.message = message
         super().__init__(f"{code}: {message}")
 

@@ -2,10 +2,9 @@
 
 Pure functions over a small ``Health`` record (one ``health`` row); the ledger reads the row,
 calls these inside its transaction, and writes what they return. ``None`` means "write nothing":
-the row changes only on a change of state or class (design.md "Failure classes and health",
-provider-daily-budget-and-health "written only on a state change").
+the row changes only on a change of state or class.
 
-The rules, from ADR-0029 sections 3-5 and design.md:
+The rules (docs/design.md "Failure classes and health"):
 
 - Seven failure classes. ``semantic`` (the model answered, the work was wrong) never touches
   health; an unrecognised failure is ``semantic``, never "unavailable".
@@ -30,7 +29,7 @@ import datetime as dt
 
 from .classify import FAILURE_CLASSES
 
-#: Classes that say something about the account (ADR-0029 section 3): all but semantic.
+#: Classes that say something about the account: all but semantic.
 HEALTH_CLASSES = tuple(name for name in FAILURE_CLASSES if name != "semantic")
 #: Of those, the classes that say something about one model on the account: they cool the model
 #: there (a ``model_health`` row), never the whole account.
@@ -43,6 +42,12 @@ DWELL = {
     "model_unavailable": dt.timedelta(minutes=10),
     "transport": dt.timedelta(seconds=30),
 }
+#: A short outage is tried again soon; the longer it lasts, the longer the wait, up to the
+#: class's dwell (docs/design.md "Failure classes and health"). A retry-after from the provider
+#: sets the wait instead, within the same bounds.
+GROWING = ("rate_limited", "provider_outage")
+FIRST_DWELL = dt.timedelta(seconds=2)
+MIN_RETRY_AFTER = dt.timedelta(seconds=1)
 #: Consecutive transport failures before the account starts cooling.
 TRANSPORT_RUN = 3
 #: How long an unsettled probe holds the half-open slot (its process may have died).
@@ -122,8 +127,22 @@ def start_probe(health, attempt_id):
     return dataclasses.replace(health, probe_attempt_id=attempt_id)
 
 
-def _failing(health, failure_class, http_status, now, since):
+def dwell_for(failure_class, now, since, retry_after=None):
+    """How long an account cools after a failure of ``failure_class`` (None: no dwell).
+
+    ``since`` is when its run of failures began; ``retry_after`` a ``timedelta`` the provider
+    asked for. A rate limit or an outage grows from ``FIRST_DWELL`` with the run's length, so one
+    transient 529 costs seconds, not minutes, while a lasting outage is probed rarely."""
     dwell = DWELL.get(failure_class)
+    if dwell is None or failure_class not in GROWING:
+        return dwell
+    if retry_after is not None:
+        return min(dwell, max(MIN_RETRY_AFTER, retry_after))
+    return min(dwell, max(FIRST_DWELL, now - since))
+
+
+def _failing(health, failure_class, http_status, now, since, retry_after=None):
+    dwell = dwell_for(failure_class, now, since, retry_after)
     return Health(
         state="failing",
         failure_class=failure_class,
@@ -137,7 +156,7 @@ def _failing(health, failure_class, http_status, now, since):
     )
 
 
-def record_failure(health, failure_class, http_status, now, attempt_id):
+def record_failure(health, failure_class, http_status, now, attempt_id, retry_after=None):
     """The row after a failed attempt of ``failure_class``, or ``None`` when nothing changes."""
     if failure_class not in HEALTH_CLASSES:
         return None
@@ -151,7 +170,7 @@ def record_failure(health, failure_class, http_status, now, attempt_id):
                 last_failure_at=now,
                 transport_failures=health.transport_failures + 1,
             )
-        return _failing(health, failure_class, http_status, now, since=now)
+        return _failing(health, failure_class, http_status, now, since=now, retry_after=retry_after)
     if health.failure_class == "auth":
         # Blocked until unblock; later failures add nothing.
         return None
@@ -161,7 +180,7 @@ def record_failure(health, failure_class, http_status, now, attempt_id):
     past_dwell = health.cooldown_until is None or now >= health.cooldown_until
     if was_probe or past_dwell:
         # The half-open probe (or any attempt after the dwell) failed: a new dwell.
-        return _failing(health, failure_class, http_status, now, since=health.since or now)
+        return _failing(health, failure_class, http_status, now, since=health.since or now, retry_after=retry_after)
     if failure_class == health.failure_class or failure_class == "transport":
         # Still cooling for the same reason; transport noise never overrides a stronger class.
         return None

@@ -1,4 +1,6 @@
-"""The SQLite ledger: atomic admission, price ceilings, settlement, credit months (ADR-0126 D3-D6).
+"""The SQLite ledger: atomic admission, price ceilings, settlement, credit months.
+
+The rules are in docs/design.md "Ledger", "Ceilings and settlement" and "Attempt outcomes".
 
 Every operation is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection
 (rollback journal, ``synchronous=FULL``, foreign keys on). SQLite's own file lock serializes
@@ -11,8 +13,8 @@ Money is integer nanodollars. Each ``month`` row keeps running totals of its att
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
 changes an attempt, so admission reads one row per account instead of summing the month;
 ``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
-A client's cap on an account (ADR-0055) is checked by summing that client's attempts in the same
-transaction, on the partial ``attempt_client`` index.
+A client's cap on an account (docs/design.md "Client caps") is checked by summing that client's
+attempts in the same transaction, on the partial ``attempt_client`` index.
 
 Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
 header, key, key length or fingerprint.
@@ -71,12 +73,12 @@ __all__ = [
 
 log = logging.getLogger("llm_accounts.ledger")
 
-BUSY_TIMEOUT_S = 5.0  # SQLite lock wait (ADR-0126 D4)
-ADMISSION_TIMEOUT_S = 5.0  # worker-thread wait for async callers (Amendment 6)
+BUSY_TIMEOUT_S = 5.0  # SQLite lock wait, then ledger_busy (docs/design.md "Ledger")
+ADMISSION_TIMEOUT_S = 5.0  # async callers' wait for a worker thread, then ledger_busy
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-WARM_TTL = dt.timedelta(hours=1)  # Amendment 5 Decision 3: created_at + 3,600 s
+WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/design.md "Warm prefixes")
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 
 
@@ -277,7 +279,7 @@ class Ledger:
         return self._unavailable(f"SQLite refused it ({name})" if re.fullmatch(r"SQLITE_[A-Z_]+", name) else "SQLite refused it")
 
     def _run(self, op, fn, *args, write=True, transaction=True):
-        """Run ``fn(conn, *args)`` in one transaction; log one DEBUG event (Amendment 6)."""
+        """Run ``fn(conn, *args)`` in one transaction; log one DEBUG event (docs/security.md "Logging")."""
         first_line = time.perf_counter()
         requested = getattr(_requested, "at", None)
         _requested.at = None
@@ -398,7 +400,7 @@ class Ledger:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = FULL")
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            # ADR-0126 D4: rollback journal. A file someone switched to WAL is switched back.
+            # A rollback journal (docs/design.md "Ledger"): a file switched to WAL is switched back.
             if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
                 raise self._unavailable("it is in WAL mode and could not be switched back to a rollback journal")
         if not _schema_text_is_utf8(conn):
@@ -452,10 +454,10 @@ class Ledger:
         A bound scope uses its binding; a new scope selects among ``accounts`` (the current
         declaration) and is bound in the same transaction. ``pinned`` restricts it to one account.
 
-        ``exclude`` is the bounded move-on of a new conversation (design.md "Failover"): accounts
-        already tried are not selected, and a scope whose every attempt was refused unbilled
-        (429, 529 or never sent) still counts as new while its bound account is excluded, so it is
-        bound to the next candidate.
+        ``exclude`` is the bounded move-on of a new conversation (docs/design.md "Failover"):
+        accounts already tried are not selected, and a scope whose every attempt was refused
+        unbilled (429, 529 or never sent) still counts as new while its bound account is excluded,
+        so it is bound to the next candidate.
 
         ``now`` is for tests; without it the clock is read inside the transaction, once the write
         lock is held, so instants follow commit order and an admission that waited for the lock
@@ -507,7 +509,7 @@ class Ledger:
             pool = {name: account for name, account in declared.items() if name not in exclude}
             verdict = self._select(conn, provider, pool, facts, quote, day, now, client)
         if verdict.code:
-            raise AccountsError(verdict.code, verdict.message, account=verdict.account.name)
+            raise AccountsError(verdict.code, verdict.message, account=verdict.account.name, retry_at=verdict.retry_at)
         self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
         if moving:
             conn.execute(
@@ -526,7 +528,7 @@ class Ledger:
         )
 
     def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client):
-        """ADR-0126 D3: a bound scope never moves by itself; ``llm accounts rebind`` moves it."""
+        """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/design.md "Scope")."""
         conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
             raise AccountsError(
@@ -574,7 +576,7 @@ class Ledger:
         return row[0], row[1]
 
     def _select(self, conn, provider, declared, facts, quote, day, now, client=None):
-        """ADR-0126 D3 with Amendment 5: order the candidates, bind the first."""
+        """Order the candidates (docs/design.md "Selection") and bind the first."""
         verdicts = [self._verdict(conn, provider, account, facts, quote, day, now, client) for account in declared.values()]
         fit = [v for v in verdicts if not v.code]
         if not fit:
@@ -687,7 +689,7 @@ class Ledger:
         """Record what happened to an attempt: ``"settled"``, ``"already_settled"`` or ``"still_open"``.
 
         ``cert``, ``hour_after_key`` and ``server_tools`` describe the request's stable prefix for
-        the warm-prefix index (Amendment 5 Decisions 3 and 8); only a complete settlement uses them.
+        the warm-prefix index (docs/design.md "Warm prefixes"); only a complete settlement uses them.
         Without ``now`` the clock is read inside the transaction, once the write lock is held.
         """
         check_id(attempt_id, "attempt_id")
@@ -712,7 +714,8 @@ class Ledger:
         if row["state"] == "settled":
             if fields is None or _same_settlement(row, fields):
                 return "already_settled"
-            # ADR-0126 D4: differing final evidence blocks the account; the original row stays.
+            # Differing final evidence blocks the account; the original row stays
+            # (docs/design.md "Ceilings and settlement").
             self._block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
             return _Deferred(
                 AccountsError(
@@ -759,7 +762,9 @@ class Ledger:
             _write_health(conn, provider, name, health.release_probe(h, attempt_id))
         else:
             _clear_warm(conn, provider, name)
-            self._record_failure(conn, row, h, evidence.failure_class, evidence.http_status, ts, now)
+            self._record_failure(
+                conn, row, h, evidence.failure_class, evidence.http_status, ts, now, evidence.retry_after_s
+            )
         return "settled"
 
     def _settle_complete(self, conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now):
@@ -772,14 +777,15 @@ class Ledger:
                 (provider, name, row["requested_model"]),
             )
         if evidence.cost_nusd > row["ceiling_nusd"]:
-            # ADR-0126 D5: record the true cost, never clamp it, and block the account.
+            # Record the true cost, never clamp it, and block the account
+            # (docs/design.md "Ceilings and settlement").
             log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
             self._block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
         elif cert is not None and row["block_reason"] is None:
             _write_warm(conn, row, clean_usage(evidence.usage), cert, hour_after_key, server_tools)
 
     def _record_unknown(self, conn, row, evidence, h, ts, now):
-        """The attempt stays open; its first recorded reason stands (Amendment 5 Decision 8)."""
+        """The attempt stays open; its first recorded reason stands (docs/design.md "Attempt outcomes")."""
         provider, name = row["provider"], row["account"]
         if row["outcome"] is None or (row["failure_class"] is None and evidence.failure_class is not None):
             conn.execute(
@@ -792,8 +798,9 @@ class Ledger:
         self._record_failure(conn, row, h, evidence.failure_class, evidence.http_status, ts, now)
         return "still_open"
 
-    def _record_failure(self, conn, row, h, failure_class, http_status, ts, now):
+    def _record_failure(self, conn, row, h, failure_class, http_status, ts, now, retry_after_s=None):
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
+        retry_after = None if retry_after_s is None else dt.timedelta(seconds=retry_after_s)
         if failure_class in health.MODEL_CLASSES:
             # The model cools on this account; the account itself stays as it is.
             model = row["requested_model"]
@@ -808,7 +815,9 @@ class Ledger:
                 )
             _write_health(conn, provider, name, health.release_probe(h, attempt_id))
         elif failure_class in health.HEALTH_CLASSES:
-            _write_health(conn, provider, name, health.record_failure(h, failure_class, http_status, now, attempt_id))
+            _write_health(
+                conn, provider, name, health.record_failure(h, failure_class, http_status, now, attempt_id, retry_after)
+            )
             if failure_class == "auth":
                 self._block(conn, provider, name, row["block_reason"], "auth_failed", f"attempt:{attempt_id}", ts)
         else:
@@ -892,8 +901,9 @@ class Ledger:
         return self._run("clear_block", run)
 
     def reconcile(self, adjustment_id, attempt_id, cost_nusd, source_ref, *, now=None):
-        """Close an open attempt at a sourced cost (ADR-0126 D4): the cost enters spend once, through
-        the attempt, and a zero-delta ``reconciliation`` row records who said so."""
+        """Close an open attempt at a sourced cost: the cost enters spend once, through the attempt,
+        and a zero-delta ``reconciliation`` row records who said so
+        (docs/design.md "Ceilings and settlement")."""
         check_id(adjustment_id, "adjustment_id")
         check_id(attempt_id, "attempt_id")
         check_int(cost_nusd, "cost")
@@ -939,7 +949,8 @@ class Ledger:
         return self._run("reconcile", run)
 
     def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
-        """A signed, sourced correction to a month's spend (ADR-0126 D4); never rewrites an attempt."""
+        """A signed, sourced correction to a month's spend; never rewrites an attempt
+        (docs/design.md "Ceilings and settlement")."""
         check_id(adjustment_id, "adjustment_id")
         name, declared = account_ref(account)
         check_month(month_utc)
@@ -1046,7 +1057,7 @@ class Ledger:
         return row
 
     def _repeat(self, conn, adjustment_id, kind, attempt_id, provider, account, month, delta, source_ref, detail=None):
-        """Duplicate adjustment ids are no-ops only for identical inputs (ADR-0126 D4)."""
+        """Duplicate adjustment ids are no-ops only for identical inputs."""
         row = conn.execute("SELECT * FROM adjustment WHERE id = ?", (adjustment_id,)).fetchone()
         if row is None:
             return False
@@ -1386,9 +1397,9 @@ def _client_cap_status(client, cap, settled, open_):
 
 
 def _client_totals(conn, provider, account, month, client):
-    """ADR-0055 per-client caps: ``(settled costs, open ceilings)`` of ``client``'s attempts on
-    ``account`` in credit period ``month``, in one statement on the ``attempt_client`` index.
-    Adjustments are account-wide, so none count here."""
+    """Per-client caps (docs/design.md "Client caps"): ``(settled costs, open ceilings)`` of
+    ``client``'s attempts on ``account`` in credit period ``month``, in one statement on the
+    ``attempt_client`` index. Adjustments are account-wide, so none count here."""
     return conn.execute(
         """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
            FROM attempt WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?""",
@@ -1397,8 +1408,8 @@ def _client_totals(conn, provider, account, month, client):
 
 
 def _same_settlement(row, fields):
-    """Identical repeated evidence is a no-op (ADR-0126 D4). ``NotSent.caller_cancelled`` is not
-    stored, so two not-sent settlements always match."""
+    """Identical repeated evidence is a no-op (docs/design.md "Ceilings and settlement").
+    ``NotSent.caller_cancelled`` is not stored, so two not-sent settlements always match."""
     return all(row[key] == value for key, value in fields.items())
 
 
@@ -1407,8 +1418,9 @@ def _clear_warm(conn, provider, name):
 
 
 def _write_warm(conn, row, usage, cert, hour_after_key, server_tools):
-    """Amendment 5 Decision 3: a one-hour write creates or extends the row (write arm); a read of
-    exactly the stored stable length extends it (read arm). Times compare as parsed datetimes."""
+    """A one-hour write creates or extends the row (write arm); a read of exactly the stored stable
+    length extends it (read arm) (docs/design.md "Warm prefixes"). Times compare as parsed
+    datetimes."""
     created = selection.parse_time(row["created_at"])
     if created is None:
         return
@@ -1451,7 +1463,7 @@ def _write_warm(conn, row, usage, cert, hour_after_key, server_tools):
 
 
 def _log_event(op, outcome, admission_wait_s, sqlite_wait_s=None):
-    """Amendment 6's timing record: one DEBUG event per ledger call."""
+    """The timing record: one DEBUG event per ledger call (docs/security.md "Logging")."""
     extra = {"ledger_op": op, "outcome": outcome, "admission_wait_s": admission_wait_s}
     if sqlite_wait_s is None:
         log.debug("ledger %s %s admission_wait_s=%.6f", op, outcome, admission_wait_s, extra=extra)
@@ -1468,9 +1480,9 @@ def _log_event(op, outcome, admission_wait_s, sqlite_wait_s=None):
 
 async def run_async(fn, *args, **kw):
     """Run a ledger call in a worker thread, waiting at most ``ADMISSION_TIMEOUT_S`` for the worker
-    to start (Amendment 6); ``ledger_busy`` otherwise. Once the worker has started the bound no
-    longer applies: the call runs to its own SQLite bound and reports its real outcome, so a caller
-    is never told a committed write failed."""
+    to start (docs/design.md "Ledger"); ``ledger_busy`` otherwise. Once the worker has started the
+    bound no longer applies: the call runs to its own SQLite bound and reports its real outcome, so
+    a caller is never told a committed write failed."""
     loop = asyncio.get_running_loop()
     requested = time.perf_counter()
     phase = {"value": "waiting"}

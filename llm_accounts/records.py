@@ -1,4 +1,4 @@
-"""The ledger's records and the checks on every value it stores (ADR-0126 D4, D5; design.md).
+"""The ledger's records and the checks on every value it stores (docs/design.md "Ledger").
 
 Scopes, reservations, the evidence a settlement carries and the status line of an account, with
 the validation each passes before it reaches SQLite. Errors name the field and the rule, never
@@ -13,14 +13,15 @@ from . import classify, health
 from .errors import AccountsError
 from .money import INT64_MAX
 
-# design.md "Attempt outcomes"
+# docs/design.md "Attempt outcomes"
 OUTCOMES = frozenset(classify.OUTCOMES)
 # A documented 4xx or 529 refusal settles at zero with one of these.
 REFUSED_OUTCOMES = frozenset({"rate_limited", "overloaded", "auth_required", "request_rejected"})
 UNKNOWN_OUTCOMES = OUTCOMES - {"complete", "not_sent"}
-# The caller ended the request: says nothing about the account (Amendment 5 Decision 4).
+# The caller ended the request: says nothing about the account, so it keeps its warm prefixes
+# (docs/design.md "Warm prefixes").
 CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
-# design.md "Rejection classes" (Amendment 7): the documented values, or "other".
+# docs/errors.md "Rejection classes": the documented values, or "other".
 ERROR_TYPES = frozenset(classify.PROVIDER_ERROR_TYPES) | {"other"}
 REJECTION_CLASSES = frozenset(classify.REJECTION_CLASSES) | {"other"}
 BLOCK_REASONS = frozenset({"auth_failed", "settlement_conflict", "ceiling_exceeded", "manual"})
@@ -48,7 +49,7 @@ _SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
-    ``("instance", <uuid>)`` for a prompt with no conversation (design.md "Scope")."""
+    ``("instance", <uuid>)`` for a prompt with no conversation (docs/design.md "Scope")."""
 
     kind: str
     id: str
@@ -71,7 +72,8 @@ class Reservation:
 
 @dataclasses.dataclass(frozen=True)
 class Complete:
-    """Complete usage, priced by the caller at the served model's rates (ADR-0126 D5)."""
+    """Complete usage, priced by the caller at the served model's rates
+    (docs/pricing.md "Settlement cost")."""
 
     cost_nusd: int
     usage: dict
@@ -82,7 +84,8 @@ class Complete:
 @dataclasses.dataclass(frozen=True)
 class NotSent:
     """Proven never sent: settles at zero, outcome ``not_sent``. ``caller_cancelled`` is not stored;
-    it only keeps a caller's own cancellation from clearing warm prefixes (Amendment 5)."""
+    it only keeps a caller's own cancellation from clearing warm prefixes
+    (docs/design.md "Warm prefixes")."""
 
     caller_cancelled: bool = False
 
@@ -96,12 +99,14 @@ class Refused:
     provider_error_type: str
     rejection_class: str
     failure_class: str
+    # The provider's retry-after, in whole seconds, when it gave one: it sets a short cooldown.
+    retry_after_s: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class Unknown:
     """No proof either way (5xx, broken stream, cancellation): the attempt stays open, keeping its
-    ceiling until reconciled (ADR-0126 D6)."""
+    ceiling until reconciled (docs/design.md "Attempt outcomes")."""
 
     outcome: str
     failure_class: str | None = None
@@ -110,7 +115,7 @@ class Unknown:
 
 @dataclasses.dataclass(frozen=True)
 class ClientCapStatus:
-    """One client's cap on one account this credit period (ADR-0055 per-client caps).
+    """One client's cap on one account this credit period (docs/design.md "Client caps").
 
     ``committed_nusd`` is what admission compares with the cap: the client's settled costs plus
     its open ceilings on the account. Adjustments are account-wide and not in it."""
@@ -215,8 +220,8 @@ def check_scope(scope):
 
 
 def check_quote(quote):
-    """A quote's validity is checked again inside admission (ADR-0126 D4): no integer ceiling,
-    no send. An unknown cost is never zero (ADR-0029 section 8)."""
+    """A quote's validity is checked again inside admission: no integer ceiling, no send. An
+    unknown cost is never zero (docs/design.md "Attempt outcomes")."""
     ceiling = getattr(quote, "ceiling_nusd", None)
     if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= INT64_MAX:
         raise AccountsError("unsupported_pricing", "the quote has no integer ceiling in nanodollars; nothing was sent")
@@ -260,13 +265,13 @@ def _check_account(account, field="account"):
 
 
 def client_caps(account):
-    """ADR-0055: an account's ``(client label, monthly cap)`` pairs; () for an Account-like
-    without them."""
+    """An account's ``(client label, monthly cap)`` pairs (docs/design.md "Client caps"); () for an
+    Account-like without them."""
     return getattr(account, "clients", ()) or ()
 
 
 def clients_only(account):
-    """ADR-0055 "a client's allowed account list": whether only the listed clients may use it."""
+    """``clients_only``: whether only the listed clients may use the account."""
     return getattr(account, "clients_only", False)
 
 
@@ -305,8 +310,9 @@ def account_ref(account):
 
 
 def clean_usage(usage):
-    """Numeric usage only (ADR-0126 D4): non-negative integers, one level of nesting, short keys.
-    Text such as ``service_tier`` is dropped, so nothing the provider wrote is stored."""
+    """Numeric usage only: non-negative integers, one level of nesting, short keys. Text such as
+    ``service_tier`` is dropped, so nothing the provider wrote is stored
+    (docs/security.md "What is stored")."""
     if not isinstance(usage, dict):
         raise invalid("usage", "must be a dict of token counts")
     clean = {}
@@ -373,7 +379,7 @@ def check_evidence(evidence):
         }
     if isinstance(evidence, Unknown):
         if evidence.outcome not in UNKNOWN_OUTCOMES:
-            raise invalid("outcome", "an unknown outcome is one of design.md's outcomes other than complete and not_sent")
+            raise invalid("outcome", "must be an attempt outcome other than complete and not_sent")
         if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
             raise invalid("failure_class", "must be a failure class")
         status = evidence.http_status

@@ -6,11 +6,11 @@ so what the ladder shows is what admission does. Storage stays in ``llm_accounts
 
 The ledger builds one ``Candidate`` per account that may take the attempt (declared, unblocked,
 not cooling, serves the model, has room) and binds the first of ``order(...)``. Order, first key
-first:
+first (docs/design.md "Selection"):
 
-1. ``rank`` ascending: the owner's ladder (ADR-0029 section 2, ADR-0055 tiers);
+1. ``rank`` ascending: the owner's ladder, lower ranks preferred;
 2. warm first: the account holds an unexpired ``warm_prefix`` row for the request's stable-prefix
-   certificate and stays within the 90% bound with this attempt (Amendment 5, Decision 5);
+   certificate and stays within the 90% bound with this attempt (docs/design.md "Warm prefixes");
 3. committed utilization ``(settled + adjustments + open ceilings) / (budget * weight)``
    ascending, compared by integer cross-multiplication, never floats ("furthest behind pace");
 4. distinct conversations with open attempts ascending;
@@ -67,12 +67,12 @@ def order(candidates):
 
 
 def fits(spent_nusd, open_nusd, ceiling_nusd, budget_nusd):
-    """Admission inequality ``S + R + C <= B`` (ADR-0126 D5; equality admits)."""
+    """Admission inequality ``S + R + C <= B`` (equality admits)."""
     return spent_nusd + open_nusd + ceiling_nusd <= budget_nusd
 
 
 def within_warm_bound(spent_nusd, open_nusd, ceiling_nusd, budget_nusd):
-    """Amendment 5 Decision 5: warm only while ``10 * (S + R + C) <= 9 * B`` (equality is inside)."""
+    """Warm only while ``10 * (S + R + C) <= 9 * B`` (equality is inside)."""
     return 10 * (spent_nusd + open_nusd + ceiling_nusd) <= 9 * budget_nusd
 
 
@@ -84,7 +84,8 @@ def serves(account, model):
 
 def parse_time(value):
     """A stored time as an aware datetime, or ``None`` when it is not text, does not parse or has
-    no offset (Amendment 5: such a ``warm_prefix`` row counts as absent, nothing refuses)."""
+    no offset (docs/design.md "Warm prefixes": such a ``warm_prefix`` row counts as absent,
+    nothing refuses)."""
     if not isinstance(value, str):
         return None
     try:
@@ -111,7 +112,8 @@ def money(nusd):
 
 
 def when(t):
-    return t.strftime("%Y-%m-%d %H:%M UTC")
+    """A reset or cooldown end for people: to the minute, or to the second when that matters."""
+    return t.strftime("%Y-%m-%d %H:%M UTC" if t.second == 0 and t.microsecond == 0 else "%Y-%m-%d %H:%M:%S UTC")
 
 
 def over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
@@ -172,6 +174,7 @@ class Verdict:
     reason: str = "available"
     probe: bool = False
     budget_nusd: int = 0
+    retry_at: object = None  # when a cooling account takes its probe (a refusal worth waiting out)
 
     def refuse(self, code, message, reason):
         self.code, self.message, self.reason = code, message, reason
@@ -279,6 +282,8 @@ def verdict(account, facts, ceiling_nusd, model, now, *, client=None, others=(),
             reason = f"cooling down after {h.failure_class} until {h.cooldown_until:%H:%M} UTC"
         if h.failure_class == "quota_exhausted":
             until += f"; after adding credit, clear it with: llm accounts unblock {name}"
+        elif not f.probe_taken and h.failure_class in health.GROWING:
+            v.retry_at = h.cooldown_until
         return v.refuse(
             health.COOLING_CODES.get(h.failure_class, "provider_error"), f"account '{name}' is failing ({h.failure_class}); {until}", reason
         )

@@ -22,8 +22,8 @@ def failing(failure_class="rate_limited", at=T0):
     "failure_class, dwell",
     [
         ("quota_exhausted", dt.timedelta(hours=1)),
-        ("rate_limited", dt.timedelta(seconds=60)),
-        ("provider_outage", dt.timedelta(seconds=30)),
+        ("rate_limited", health.FIRST_DWELL),
+        ("provider_outage", health.FIRST_DWELL),
         ("model_unavailable", dt.timedelta(minutes=10)),
     ],
 )
@@ -61,7 +61,26 @@ def test_a_success_ends_a_run_of_transport_failures():
 
 
 def test_the_same_class_while_cooling_writes_nothing():
-    assert health.record_failure(failing(), "rate_limited", 429, T0 + seconds(5), "a2") is None
+    assert health.record_failure(failing(), "rate_limited", 429, T0 + seconds(1), "a2") is None
+
+
+@pytest.mark.parametrize("failure_class, bound", [("rate_limited", 60), ("provider_outage", 30)])
+def test_a_lasting_outage_waits_longer_each_time_up_to_its_classes_dwell(failure_class, bound):
+    h, at, dwells = None, T0, []
+    for _ in range(8):
+        h = health.record_failure(h, failure_class, 529, at, "probe")
+        dwells.append((h.cooldown_until - at).total_seconds())
+        at = h.cooldown_until
+    assert dwells == sorted(dwells)
+    assert dwells[0] == health.FIRST_DWELL.total_seconds() and dwells[-1] == bound
+
+
+def test_a_retry_after_sets_the_dwell_within_its_bounds():
+    def dwell(after):
+        h = health.record_failure(None, "rate_limited", 429, T0, "a1", retry_after=seconds(after))
+        return (h.cooldown_until - T0).total_seconds()
+
+    assert (dwell(5), dwell(0), dwell(3600)) == (5, 1, 60)
 
 
 def test_a_class_change_while_cooling_is_written_and_never_shortens_the_dwell():
@@ -77,7 +96,7 @@ def test_transport_noise_never_overrides_a_stronger_class_while_cooling():
 
 
 def test_a_cooling_account_is_not_admitted_before_its_cooldown_ends():
-    assert health.gate(failing(), T0 + seconds(59)) == "cooling"
+    assert health.gate(failing(), T0 + seconds(1)) == "cooling"
 
 
 def test_after_the_cooldown_one_attempt_is_the_probe():

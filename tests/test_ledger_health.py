@@ -78,9 +78,10 @@ def fail_with_rate_limit(ledger, accounts, attempt_id="f1", scope="c1", at=T0):
 def test_a_rate_limited_bound_conversation_is_refused_while_its_account_cools(ledger, work):
     fail_with_rate_limit(ledger, [work])
     with pytest.raises(AccountsError) as caught:
-        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(59))
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(1))
     assert (caught.value.code, caught.value.account) == ("rate_limited", "work")
-    assert "cooling until 2026-11-10 12:01 UTC" in caught.value.message
+    assert "cooling until 2026-11-10 12:00:02 UTC" in caught.value.message
+    assert caught.value.retry_at == later(2)
 
 
 def test_a_cooling_account_is_not_a_candidate_for_a_new_conversation(ledger, work, home):
@@ -137,7 +138,7 @@ def test_a_failure_of_the_same_class_while_cooling_does_not_rewrite_the_row(ledg
     ledger.reserve(conv("c2"), "a2", quote(), [work], pinned="work", now=T0)
     ledger.settle("a1", RATE_LIMITED, now=T0)
     before = tuple(health_row(ledger))
-    ledger.settle("a2", RATE_LIMITED, now=later(5))
+    ledger.settle("a2", RATE_LIMITED, now=later(1))
     assert tuple(health_row(ledger)) == before
 
 
@@ -168,9 +169,9 @@ def test_a_provider_outage_refuses_with_provider_error(ledger, work):
     ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
     ledger.settle("a1", Unknown("provider_error", "provider_outage", 529), now=T0)
     with pytest.raises(AccountsError) as caught:
-        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(29))
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(1))
     assert caught.value.code == "provider_error"
-    assert ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(30)).probe
+    assert ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(2)).probe
 
 
 def test_an_auth_failure_blocks_the_account_until_unblocked(ledger, work):
@@ -187,9 +188,9 @@ def test_an_auth_failure_blocks_the_account_until_unblocked(ledger, work):
 
 def test_status_shows_health_and_cooldown(ledger, work):
     fail_with_rate_limit(ledger, [work])
-    (line,) = ledger.status([work], now=later(10))
+    (line,) = ledger.status([work], now=later(1))
     assert (line.health, line.failure_class, line.http_status, line.cooldown_until) == (
-        "cooling", "rate_limited", 429, later(60).isoformat()
+        "cooling", "rate_limited", 429, later(2).isoformat()
     )
 
 
