@@ -244,7 +244,8 @@ def prices(json_, model_id):
             click.echo(f"  {', '.join(names)} -> {model}")
 
 
-# Declaring accounts: add, remove, list, lookup (design.md "Environment", ADR-0126 D1/D2).
+# Declaring accounts: add, remove, list, lookup
+# (docs/design.md "Environment", "An account declaration" and "Key resolution").
 
 
 def _warn_if_overridden():
@@ -432,7 +433,7 @@ def list_(json_):
         if source:
             click.echo(f"([] is declared by {source})")
         return
-    # The client caps column (ADR-0055) appears once any account declares caps.
+    # The client caps column (docs/design.md "Client caps") appears once any account declares caps.
     capped = any(a.clients for a in declaration.accounts)
     rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models") + (("client caps",) if capped else ())]
     for a in declaration.accounts:
@@ -562,7 +563,8 @@ def demo(keep):
     run_demo(keep=keep)
 
 
-# The ledger: status, attempts, blocks, reconciliation, corrections, rebinding (design.md "Ledger").
+# The ledger: status, attempts, blocks, reconciliation, corrections and rebinding
+# (docs/design.md "Ledger").
 
 
 def _ledger():
