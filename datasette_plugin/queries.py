@@ -1,13 +1,13 @@
-"""The ledger's canned queries: the one definition of their SQL (design.md "Datasette").
+"""The ledger's canned queries: the one definition of their SQL (docs/design.md "Datasette").
 
 The plugin registers these on every database that holds the ledger's tables, and
 ``metadata.yml`` at the top of the repository is generated from ``metadata()`` with cog, so
 ``datasette ledger.db -m metadata.yml`` serves the same queries without the plugin.
 
-Money columns are integer nanodollars (ADR-0126 D5). Each query shows them as exact decimal
-US dollar strings made with SQLite integer arithmetic; no money passes through REAL. Every query
-is a single SELECT: none writes. Optional parameters are written ``(:p = '' or col = :p)``,
-since Datasette passes a missing parameter as the empty string.
+Money columns are integer nanodollars (docs/pricing.md "Money"). Each query shows them as exact
+decimal US dollar strings made with SQLite integer arithmetic; no money passes through REAL.
+Every query is a single SELECT: none writes. Optional parameters are written
+``(:p = '' or col = :p)``, since Datasette passes a missing parameter as the empty string.
 """
 
 import dataclasses
@@ -238,8 +238,8 @@ REJECTION_CLASSES = Query(
     title="Rejections by class",
     description=(
         "Refused attempts per account and credit period, by the provider's documented error "
-        "type and the rejection class (ADR-0126 Amendment 7). Only these closed-set values are "
-        "stored; the provider's message never is."
+        "type and the rejection class. Only these closed-set values are stored "
+        "(docs/errors.md \"Rejection classes\"); the provider's message never is."
     ),
     params=("account", "month"),
     sql="""select
@@ -262,7 +262,7 @@ WARM_PREFIXES = Query(
     name="warm_prefixes",
     title="Warm prompt prefixes",
     description=(
-        "Stable prompt prefixes believed cached at an account (ADR-0126 warm-prefix affinity): "
+        "Stable prompt prefixes believed cached at an account (docs/design.md \"Warm prefixes\"): "
         "a new conversation with the same prefix prefers that account while the entry is live. "
         "Lapsed entries are kept until the ledger purges them. The certificate is shortened "
         "to 12 characters."

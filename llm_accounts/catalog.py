@@ -1,4 +1,5 @@
-"""Which models each account serves (ADR-0055: refreshed from ``GET /v1/models``).
+"""Which models each account serves, refreshed from ``GET /v1/models`` (docs/design.md "An
+account declaration").
 
 ``llm accounts refresh-models`` asks each account's organization which models it may use and
 keeps the ids (never a key) in ``accounts-models.json`` beside ``accounts.json``. New

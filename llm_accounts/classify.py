@@ -1,23 +1,24 @@
 """Failure classification: provider error types, rejection classes, failure classes, outcomes.
 
-Two vocabularies, both closed sets (design.md "Rejection classes" and "Failure classes and
-health"):
+Two vocabularies, both closed sets (docs/errors.md "Rejection classes" and docs/design.md
+"Failure classes and health"):
 
 - ``provider_error_type`` and ``rejection_class`` describe a rejected request for diagnosis
-  (ADR-0126 Amendment 7). Nothing branches on them except health, which treats the two
-  out-of-credit classes as ``quota_exhausted`` (design.md "Quota exhaustion").
-- the failure class (ADR-0029's seven classes) drives per-account health and cooldowns.
+  only. Nothing branches on them except health, which treats the two out-of-credit classes as
+  ``quota_exhausted`` (docs/design.md "Quota exhaustion").
+- the failure class, one of seven, drives per-account health and cooldowns.
 
-The drop rule (Amendment 7, Decision 4): an error body, its decoded object and its message exist
-only inside ``parse_error_body``. The message is matched against the class table and discarded;
-it is never stored, logged, raised or returned. Only closed-set values leave this module.
+The drop rule (docs/errors.md "Provider text is dropped"): an error body, its decoded object and
+its message exist only inside ``parse_error_body``. The message is matched against the class
+table and discarded; it is never stored, logged, raised or returned. Only closed-set values leave
+this module.
 """
 
 import json
 from dataclasses import dataclass
 
 OTHER = "other"
-MAX_ERROR_BODY = 64 * 1024  # Amendment 7, Decision 3: at most 64 KiB of an error body is decoded
+MAX_ERROR_BODY = 64 * 1024  # at most 64 KiB of an error body is decoded
 
 # The documented error.type values (https://platform.claude.com/docs/en/api/errors).
 PROVIDER_ERROR_TYPES = (
@@ -34,7 +35,7 @@ PROVIDER_ERROR_TYPES = (
     "overloaded_error",
 )
 
-# design.md "Rejection classes": the first row whose case-sensitive substring occurs in
+# docs/errors.md "Rejection classes": the first row whose case-sensitive substring occurs in
 # error.message wins.
 _REJECTION_TABLE = (
     ("credit_balance_too_low", "credit balance is too low"),
@@ -48,7 +49,8 @@ _REJECTION_TABLE = (
 )
 REJECTION_CLASSES = tuple(name for name, _ in _REJECTION_TABLE)
 
-# Documented error.details.error_code values (SDK 2.14 error map; anthropic-api.md section 4.2).
+# Documented error.details.error_code values (the Anthropic SDK 2.14 error map), read like the
+# rejection class and never stored (docs/errors.md "Rejection classes").
 ERROR_CODES = (
     "enforced_spend_limit_reached",
     "contract_spend_limit_reached",
@@ -63,7 +65,8 @@ ERROR_CODES = (
     "cmek_key_unreachable",
 )
 
-# ADR-0029's closed set; body text outranks status.
+# The failure classes, a closed set; body text outranks status (docs/errors.md "From an answer
+# to a code").
 FAILURE_CLASSES = (
     "quota_exhausted",
     "rate_limited",
@@ -88,7 +91,7 @@ _CLASS_FOR_STREAM_TYPE = {
     "billing_error": "quota_exhausted",
 }
 
-# design.md "Attempt outcomes" for an HTTP failure.
+# The closed set of attempt outcomes (docs/design.md "Attempt outcomes").
 OUTCOMES = (
     "complete",
     "not_sent",
@@ -105,8 +108,8 @@ OUTCOMES = (
     "stream_closed",
 )
 
-# The AccountsError code (ADR-0126 D6) an attempt's outcome, or failing that its failure class,
-# is raised with.
+# The AccountsError code an attempt's outcome, or failing that its failure class, is raised with
+# (docs/errors.md "From an answer to a code").
 _ERROR_CODE_FOR = {
     # outcomes
     "rate_limited": "rate_limited",
@@ -157,8 +160,8 @@ def parse_error_body(raw):
     A body over 64 KiB, one that is not JSON, or not an error object gives ``other`` for both
     fields and ``documented=False``. ``documented`` is true only for the documented shape
     ``{"type": "error", "error": {"type": <documented type>, "message": <string>}}``: the
-    evidence that the provider refused the request before processing it (design.md "Attempt
-    outcomes"). Never raises and never logs.
+    evidence that the provider refused the request before processing it (docs/design.md
+    "Attempt outcomes"). Never raises and never logs.
     """
     try:
         info = _classify(raw)
@@ -193,11 +196,11 @@ def _classify(raw):
 
 
 def failure_class(http_status, info, *, transport=False):
-    """The failure class of a failed attempt (design.md "Failure classes and health").
+    """The failure class of a failed attempt (docs/design.md "Failure classes and health").
 
     Body evidence outranks status: providers return a monthly cap as a 429 or a 400, and only
-    the body says the account is out of credit (ADR-0029). ``http_status`` is None (or 200) for
-    an error that arrived inside a stream.
+    the body says the account is out of credit (docs/design.md "Quota exhaustion").
+    ``http_status`` is None (or 200) for an error that arrived inside a stream.
     """
     if transport:
         return "transport"
@@ -225,7 +228,7 @@ def failure_class(http_status, info, *, transport=False):
 
 
 def outcome_for_status(http_status):
-    """The attempt outcome for a failed HTTP status (design.md "Attempt outcomes")."""
+    """The attempt outcome for a failed HTTP status (docs/design.md "Attempt outcomes")."""
     if isinstance(http_status, bool) or not isinstance(http_status, int):
         raise ValueError("http_status must be an integer")
     if 200 <= http_status < 300:

@@ -1,6 +1,6 @@
 """Account declarations: where they come from and what makes one valid.
 
-Contracts: design.md "Environment" and "An account declaration"; ADR-0126 D1 and Amendment 3.
+Contracts: docs/design.md "Environment" and "An account declaration".
 
 A declaration is read from, highest first, the process environment's ``ANTHROPIC_ACCOUNTS``, the
 working directory's ``.env.local`` then ``.env``, then ``accounts.json`` in the llm user
@@ -34,8 +34,9 @@ ACCOUNTS_FILE = "accounts.json"
 DOTENV_FILES = (".env.local", ".env")  # highest first
 
 NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-# ADR-0126 D1: the secret lookup's name rule with a length bound; used unchanged as the
-# environment variable, the dotenv key, the `llm keys` name and the lookup's {name}.
+# A variable-name rule with a length bound (docs/design.md "An account declaration"); used
+# unchanged as the environment variable, the dotenv key, the `llm keys` name and the lookup's
+# {name}.
 KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 # The ledger's rule for the attempt's client label (llm_accounts.records.CLIENT_RE), so every label
@@ -69,11 +70,12 @@ class Account:
     key_env: str
     budget_nusd: int
     daily_budget_nusd: int | None = None
-    rank: int = 0  # lower is preferred (ADR-0055 tiers)
+    rank: int = 0  # lower is preferred (docs/design.md "Selection")
     weight: int = 1
     models: tuple[str, ...] | None = None  # None: every priced model
-    # ADR-0055 per-client caps: ((client label, monthly cap in nanodollars), ...) sorted by label,
-    # a tuple so the account stays hashable. With clients_only, only these clients may use it.
+    # Per-client caps (docs/design.md "Client caps"): ((client label, monthly cap in nanodollars),
+    # ...) sorted by label, a tuple so the account stays hashable. With clients_only, only these
+    # clients may use it.
     clients: tuple[tuple[str, int], ...] = ()
     clients_only: bool = False
 
@@ -83,8 +85,8 @@ class Declaration:
     accounts: tuple[Account, ...]
     # "environment" | ".env.local" | ".env" | "accounts.json" | None (nothing declared)
     source: str | None
-    # argv template with "{name}"; only ever from accounts.json (ADR-0126 D1: a project directory
-    # declares no lookup command)
+    # argv template with "{name}"; only ever from accounts.json, since a project directory
+    # declares no lookup command (docs/security.md "Child processes")
     lookup: tuple[str, ...] | None = None
 
     @property
@@ -97,7 +99,8 @@ def invalid(message):
 
 
 def looks_like_key(text):
-    """ADR-0126 D1: names and references reject credential-shaped text, in any case."""
+    """Names and references reject credential-shaped text, in any case (docs/security.md "Reading a
+    key")."""
     return "sk-ant" in text.lower()
 
 
@@ -231,7 +234,8 @@ def _client_label(label, field):
 
 
 def _clients(value, field):
-    """ADR-0055 per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}``.
+    """Per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}`` (docs/design.md "Client
+    caps").
 
     Entries are named by position in errors (``clients.<entry 1>``), never by their label.
     """
@@ -439,8 +443,9 @@ def read_dotenv(path):
     ``#`` comments, blank lines; values in single quotes are literal and may span lines; values in
     double quotes may span lines and understand ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``;
     unquoted values end at the line's end or at `` #``, with surrounding spaces removed. A bare
-    ``NAME`` is present and empty (ADR-0126 D2: an empty value is invalid, not a miss). Nothing is
-    interpolated. A missing file is empty; a malformed one is an error naming the file and line.
+    ``NAME`` is present and empty (an empty key is invalid, not a miss: docs/design.md "Key
+    resolution"). Nothing is interpolated. A missing file is empty; a malformed one is an error
+    naming the file and line.
     """
     path = pathlib.Path(path)
     label = path.name
@@ -596,7 +601,8 @@ def overriding_source(*, environ=None, cwd=None):
 
 
 def load_declaration(*, environ=None, cwd=None):
-    """The declaration in force for this process and working directory (design.md "Environment")."""
+    """The declaration in force for this process and working directory (docs/design.md
+    "Environment")."""
     environ = os.environ if environ is None else environ
     cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
     file_accounts, lookup = read_accounts_file()
@@ -704,7 +710,8 @@ def add_account(account, *, replace=False):
 
     Returns ``(path, replaced)``.
 
-    A name is one budget allocation with one immutable key reference (docs/design.md), so
+    A name is one budget allocation with one immutable key reference (docs/design.md "What a
+    credit period fixes"), so
     replacing an account may change its budgets, rank, weight and models but not its key_env.
     """
     with _editing():

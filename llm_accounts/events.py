@@ -2,7 +2,7 @@
 
 ``StreamReader`` turns the lines of an SSE body into StreamEvents while assembling the final
 message (usage merged by replacement, see ``wire``); ``message_events`` does the same for a whole
-non-streamed message. Both mask the key first (ADR-0126 D2, Amendment 1).
+non-streamed message. Both mask the key first (docs/security.md "Scrubbing").
 """
 
 import json
@@ -17,8 +17,8 @@ from .wire import Malformed, MessageAssembler, SSEDecoder
 class Projector:
     """Turn Messages stream events into llm StreamEvents, scrubbed of the attempt's key.
 
-    Every event that carries no text into a join is a pause for the scrubber (Amendment 1), so
-    held text is released inside the block it belongs to.
+    Every event that carries no text into a join is a pause for the scrubber (docs/security.md
+    "Scrubbing"), so held text is released inside the block it belongs to.
 
     A tool_use block's input is held until its ``content_block_stop``, then parsed and scrubbed
     on its decoded value (a key written with JSON escapes has no run in the raw text), and only

@@ -1,4 +1,4 @@
-"""Strict key resolution for one account's ``key_env`` (design.md "Key resolution", ADR-0126 D2).
+"""Strict key resolution for one account's ``key_env`` (docs/design.md "Key resolution").
 
 The name is used unchanged at every step, in this order, and the first step that has it decides:
 
@@ -25,7 +25,7 @@ import time
 from .declarations import DOTENV_FILES, KEY_ENV_RULE, llm_user_dir, looks_like_key, read_dotenv
 from .errors import AccountsError
 
-LOOKUP_TIMEOUT = 15.0  # seconds (ADR-0126 D2)
+LOOKUP_TIMEOUT = 15.0  # seconds (docs/security.md "Child processes")
 LOOKUP_OUTPUT_LIMIT = 1025  # bytes: the longest key plus one newline
 MIN_KEY, MAX_KEY = 8, 1024
 
@@ -56,7 +56,8 @@ def _error(code, message, account):
 
 
 def _accept(value, key_env, where, account):
-    """ADR-0126 D2: 8-1,024 printable ASCII characters without spaces, not the name itself."""
+    """8-1,024 printable ASCII characters without spaces, not the name itself (docs/design.md "Key
+    resolution")."""
     if value == "":
         raise _error(
             "credential_invalid",
@@ -231,7 +232,8 @@ def _kill(process):
 
 
 def resolve_key(key_env, declaration, *, environ=None, cwd=None, lookup_timeout=LOOKUP_TIMEOUT):
-    """Resolve ``key_env`` to a ``Secret``, strictly, for one attempt (ADR-0126 D2)."""
+    """Resolve ``key_env`` to a ``Secret``, strictly, for one attempt (docs/security.md "Reading a
+    key")."""
     if (
         not isinstance(key_env, str)
         or not KEY_ENV_RULE.fullmatch(key_env)

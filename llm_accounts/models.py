@@ -2,7 +2,7 @@
 
 ``execute`` builds and freezes the request body, then runs the attempt loop. The decisions
 (reserve, sign, settle, move on) are ``routing.RoutedCall``'s; the unrouted path uses the same
-loop with ``UnroutedCall``, which touches no ledger (design.md "Environment").
+loop with ``UnroutedCall``, which touches no ledger (docs/design.md "Environment").
 """
 
 import asyncio
@@ -42,7 +42,7 @@ class _Shared:
     def __init__(self, model_id, claude_model_id):
         self.model_id = model_id
         self.claude_model_id = claude_model_id
-        # The scope of prompts that have no llm conversation (design.md "Scope").
+        # The scope of prompts that have no llm conversation (docs/design.md "Scope").
         self.instance_id = str(uuid.uuid4())
 
     def __str__(self):
@@ -53,7 +53,7 @@ class _Shared:
 
         if load_declaration().routed:
             if explicit_key:
-                # ADR-0126 D2: the ledger must describe the credential actually sent.
+                # The ledger must describe the credential actually sent.
                 raise AccountsError(
                     "credential_conflict",
                     "--key cannot be used while accounts are declared; the ledger chooses the account (pin one with -o account NAME)",
@@ -108,7 +108,7 @@ class _Shared:
             if error.code not in LEDGER_CODES:
                 raise
             # The provider answered in full and billed it: the answer is delivered and logged,
-            # and the attempt keeps its ceiling until reconciled (docs/errors.md).
+            # and the attempt keeps its ceiling until reconciled (docs/errors.md "After delivery").
             _warn(_after_delivery(attempt, error))
             routing = call.routing(paid_by=attempt.account)
         clean = scrub.scrub_json(message, secret_text) if secret_text else dict(message)
@@ -238,7 +238,8 @@ def routed_error(error):
 
 class _End:
     """How a routed call ended. ``execute`` raises ``error`` itself, outside every ``except``
-    block and every frame that held the key, a request or a response (docs/errors.md)."""
+    block and every frame that held the key, a request or a response (docs/security.md "Errors
+    carry no key")."""
 
     __slots__ = ("error", "again")
 

@@ -1,4 +1,4 @@
-"""Money is integer nanodollars (1 USD = 10**9), never floats (ADR-0126 D5)."""
+"""Money is integer nanodollars (1 USD = 10**9), never floats (docs/pricing.md "Money")."""
 
 import re
 

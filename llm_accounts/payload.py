@@ -1,7 +1,7 @@
 """Build a Messages API request body from an ``llm`` prompt.
 
 The body is built once and frozen to bytes (``freeze``) before it is quoted: the quote, the
-ledger's request digest and the wire request are the same bytes (ADR-0126 D6).
+ledger's request digest and the wire request are the same bytes (docs/pricing.md "Quote").
 """
 
 import json
@@ -47,7 +47,8 @@ def build_body(prompt, model_id, *, stream):
         body["tool_choice"] = {"type": "tool", "name": SCHEMA_TOOL}
     for tool in prompt.tools or []:
         if isinstance(tool, ServerSideTool):
-            # Server tools are billed per use, which the price revision does not cover (ADR-0126 D5).
+            # Server tools are billed per use, which the price revision does not cover
+            # (docs/pricing.md "Refused before sending").
             raise AccountsError(
                 "unsupported_pricing",
                 "server-side tools are not priced by the shipped price revision; use client tools",
@@ -99,7 +100,7 @@ def _mark_cache(body, tools, messages, system, ttl):
     """Mark the stable prefix (system, else the last tool) and the newest turn for caching.
 
     With ``1h`` the stable prefix gets the one-hour mark that warm-prefix routing keys on
-    (ADR-0126 Amendment 5); the newest turn always gets a five-minute mark, since one-hour
+    (docs/design.md "Warm prefixes"); the newest turn always gets a five-minute mark, since one-hour
     entries must precede five-minute ones.
     """
     stable = {"type": "ephemeral", "ttl": ttl} if ttl == "1h" else {"type": "ephemeral"}
@@ -171,7 +172,8 @@ def _block(part):
 
 
 def attachment_block(attachment):
-    """Attachments go inline as base64: URL and file sources are not priced (ADR-0126 D5)."""
+    """Attachments go inline as base64: URL and file sources are not priced (docs/pricing.md
+    "Refused before sending")."""
     media_type = attachment.resolve_type()
     return {
         "type": "document" if media_type == "application/pdf" else "image",

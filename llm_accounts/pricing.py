@@ -1,4 +1,5 @@
-"""Price revisions, the worst-case ceiling and settlement from usage (ADR-0126 D5).
+"""Price revisions, the worst-case ceiling and settlement from usage (docs/pricing.md "The price
+revision", "Ceiling" and "Settlement cost").
 
 A price revision is shipped data (``prices/<revision>.json``): exact model ids and aliases, each
 model's context window and maximum output, and five rates in integer nanodollars per token
@@ -26,7 +27,7 @@ RATE_NAMES = ("input", "write_5m", "write_1h", "cache_read", "output")
 
 # Top-level request fields whose only cost is tokens, which the ceiling already bounds by the
 # model's whole context window and the request's max_tokens. Anything else is a feature the
-# revision does not price (ADR-0126 D5: "unpriced beta features are ... rejected").
+# revision does not price, refused before sending (docs/pricing.md "Refused before sending").
 PRICED_FIELDS = frozenset(
     {
         "model",
@@ -73,7 +74,8 @@ PRICED_BLOCK_TYPES = frozenset(
 PRICED_SOURCE_TYPES = ("base64", "text")
 CACHE_TTLS = ("5m", "1h")
 
-# Usage values that mean standard rates; anything else is an unknown rate modifier (D5).
+# Usage values that mean standard rates; anything else is an unknown rate modifier that keeps
+# the attempt open (docs/pricing.md "What keeps an attempt open").
 STANDARD_SPEEDS = (None, "standard")
 STANDARD_SERVICE_TIERS = (None, "standard")
 STANDARD_INFERENCE_GEOS = (None, "not_available", "global")
@@ -153,7 +155,7 @@ class Quote:
     ceiling_nusd: int
     price_revision: str
     request_digest: str
-    cert: str | None = None  # warm-prefix certificate (ADR-0126 Amendment 5)
+    cert: str | None = None  # warm-prefix certificate (docs/design.md "Warm prefixes")
     hour_after_key: bool = False
 
 
@@ -245,7 +247,8 @@ def shipped_revision_ids():
 
 @lru_cache(maxsize=None)
 def load_revision(revision_id):
-    """A shipped revision by id, kept so an attempt quoted under it can still be settled (D5)."""
+    """A shipped revision by id, kept so an attempt quoted under it can still be settled
+    (docs/pricing.md "The price revision")."""
     if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
         raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
     path = _price_files().joinpath(revision_id + ".json")
@@ -287,8 +290,8 @@ def _blocks(request):
 
     Yields ``(path, block, tier, top)``. A string system prompt or message content stands for one
     unmarked text block. Nested blocks are those a block's content reaches (a tool_result's
-    content, a document's source.content, a search_result's content), as ADR-0126 Amendment 5
-    reads them; a tool_use's input is data, not content, and is never walked.
+    content, a document's source.content, a search_result's content); a tool_use's input is
+    data, not content, and is never walked.
     """
     tools = request.get("tools")
     if isinstance(tools, list):
@@ -334,7 +337,7 @@ def _ttl(block):
 
 
 def _markable(block, tier):
-    """Amendment 5's markable block: not blank text, not thinking."""
+    """A block a cache mark can sit on: not blank text, not thinking."""
     if tier == "tools":
         return True
     kind = block.get("type")
@@ -359,7 +362,8 @@ def _check_cache_control(where, mark, revision):
 
 
 def _check_features(request, revision):
-    """Refuse every request feature the revision does not price (ADR-0126 D5)."""
+    """Refuse every request feature the revision does not price (docs/pricing.md "Refused before
+    sending")."""
     for name in request:
         if name in UNPRICED_FIELDS:
             _refuse(name, f"{UNPRICED_FIELDS[name]} is not priced; remove the field", revision)
@@ -408,7 +412,7 @@ def _check_features(request, revision):
 
 
 def _warm_prefix(request, model_id):
-    """The warm-prefix certificate and hour_after_key (ADR-0126 Amendment 5, Decisions 1 and 6).
+    """The warm-prefix certificate and hour_after_key (docs/design.md "Warm prefixes").
 
     The key block is the last markable tools-tier or system-tier block whose cache_control asks
     for one hour. The certificate hashes the model id and the tools and system blocks up to and
@@ -442,9 +446,9 @@ def _warm_prefix(request, model_id):
 def quote(body, revision=None):
     """Price the worst case of the frozen request ``body`` (the exact bytes to be sent).
 
-    ``C = ceil(Imax * Pin + Omax * Pout)`` (ADR-0126 D5): Imax is the model's context window,
-    Pin the greatest input-side rate and Pout the greatest output rate of every tier a request
-    of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
+    ``C = ceil(Imax * Pin + Omax * Pout)`` (docs/pricing.md "Ceiling"): Imax is the model's
+    context window, Pin the greatest input-side rate and Pout the greatest output rate of every
+    tier a request of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
     ``AccountsError("unsupported_pricing")`` for anything the revision does not price.
     """
     if not isinstance(body, (bytes, bytearray)):
@@ -509,7 +513,8 @@ def _request_ttls(request_body):
 
 
 def _cache_writes(usage, created, request_body):
-    """Split cache writes into (5m, 1h) exactly, or raise _Incomplete (ADR-0126 D5)."""
+    """Split cache writes into (5m, 1h) exactly, or raise _Incomplete (docs/pricing.md "Cache
+    writes")."""
     breakdown = usage.get("cache_creation")
     if breakdown is not None:
         if not isinstance(breakdown, dict):
@@ -529,7 +534,8 @@ def _cache_writes(usage, created, request_body):
     raise _Incomplete  # mixed TTLs (or none at all): the split cannot be derived
 
 
-# Every usage field the revision knows how to bill, or knows bills nothing (docs/pricing.md).
+# Every usage field the revision knows how to bill, or knows bills nothing (docs/pricing.md
+# "What keeps an attempt open").
 # Anything else that is present and not empty is a billing dimension it cannot price: the
 # settlement keeps the ceiling open rather than guess (unknown is never zero).
 KNOWN_USAGE_FIELDS = frozenset(
@@ -585,8 +591,9 @@ def settlement_cost(usage, served_model, request_body, revision):
     """The exact cost ``A`` of final ``usage`` at the served model's rates, or None.
 
     ``A = ceil(input*Pin + read*Pread + w5*P5m + w1h*P1h + output*Pout)`` at the tier the
-    request's total input (fresh + written + read) falls in (ADR-0126 D5). None means the usage
-    is incomplete or carries something the revision does not price: keep the ceiling open.
+    request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost").
+    None means the usage is incomplete or carries something the revision does not price: keep
+    the ceiling open.
     """
     revision = _resolve(revision)
     price = revision.model(served_model)

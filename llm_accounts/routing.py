@@ -3,11 +3,12 @@
 The I/O loops (sync and async HTTP) live in ``models.py``; this module holds the decisions, so
 both loops make the same ones:
 
-- every physical attempt reserves before it is sent and settles once (ADR-0126 D4, D6);
+- every physical attempt reserves before it is sent and settles once (docs/design.md "Ceilings
+  and settlement");
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
-  attempt as never sent without trying another account (ADR-0126 D3);
+  attempt as never sent without trying another account (docs/design.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (design.md "Failover").
+  the next candidate, at most four accounts; nothing else moves (docs/design.md "Failover").
 """
 
 import dataclasses
@@ -19,7 +20,7 @@ from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import INT64_MAX
 from .scrub import run_detector
 
-MAX_ACCOUNTS = 4  # ADR-0055's bound on moving on
+MAX_ACCOUNTS = 4  # the bound on moving on (docs/design.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
@@ -65,7 +66,8 @@ class RoutedCall:
         """Reserve the next attempt and resolve its key; raises when nothing may be sent.
 
         After a new conversation moved on, a refusal to reserve another account raises the last
-        attempt's real failure instead, naming the accounts tried (docs/errors.md).
+        attempt's real failure instead, naming the accounts tried (docs/errors.md "Move-on that
+        runs out").
         """
         attempt_id = str(uuid.uuid4())
         refusal = None
@@ -144,7 +146,8 @@ class RoutedCall:
 
     def _settle(self, attempt_id, evidence, outcome, cost):
         if isinstance(evidence, Complete):
-            # Warm-prefix evidence (ADR-0126 Amendment 5): only a complete settlement writes it.
+            # Warm-prefix evidence (docs/design.md "Warm prefixes"): only a complete settlement
+            # writes it.
             self.ledger.settle(
                 attempt_id, evidence, cert=self.quote.cert, hour_after_key=self.quote.hour_after_key
             )
@@ -243,7 +246,8 @@ class RoutedCall:
             served = None
         cost = pricing.settlement_cost(usage, served, self.body, self.revision)
         if cost is None or cost > INT64_MAX:
-            # Unknown is never zero: incomplete usage keeps the ceiling open (ADR-0126 D5).
+            # Unknown is never zero: incomplete usage keeps the ceiling open (docs/pricing.md
+            # "What keeps an attempt open").
             self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
             if cost is not None:
                 raise AccountsError(
@@ -309,7 +313,7 @@ class UnroutedCall:
 
 
 def scope_for(conversation, instance_id):
-    """design.md "Scope": the llm conversation id, else a private id per model instance."""
+    """docs/design.md "Scope": the llm conversation id, else a private id per model instance."""
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
     return Scope("instance", instance_id)

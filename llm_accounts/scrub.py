@@ -1,4 +1,4 @@
-"""Key scrubbing: the chosen key never reaches output (ADR-0126 D2, as bounded by Amendment 1).
+"""Key scrubbing: no run of the chosen key reaches output (docs/security.md "Scrubbing").
 
 A masker cannot tell a few characters of the key from other text, so it matches *runs*: a
 character is masked when it lies in a run of eight or more characters that occurs anywhere in the
@@ -6,7 +6,7 @@ key (the whole key, for a key shorter than eight), within one *join*. Equivalent
 of eight characters that is an 8-character substring of the key is masked, and so is the union of
 those windows.
 
-Joins (Amendment 1):
+Joins:
 
 - A response that is not streamed (``scrub_json``): the text, the thinking and the quoted text of
   citations in ``content`` are joined by kind and all in order; every other string, a dict name
@@ -65,9 +65,9 @@ class _Key:
                 whole = re.compile("%s{%d,}" % (cls, n))
                 self.stretch, self.finditer = whole.match, whole.finditer
                 break
-        # Amendment 1: a key without the public sk-ant- prefix has every beginning masked in a
-        # stream. A KMP failure table tracks the longest beginning of the key ending at each
-        # character, so that rule needs no look-ahead and no held text.
+        # A key without the public sk-ant- prefix has every beginning masked in a stream. A KMP
+        # failure table tracks the longest beginning of the key ending at each character, so that
+        # rule needs no look-ahead and no held text.
         self.fail = None if key.startswith(PUBLIC_PREFIX) else _failure_table(key)
 
     def __repr__(self):
@@ -192,7 +192,7 @@ def run_detector(key):
 
 
 def scrub_other(value: str, key: str) -> str:
-    """Mask a stream event's other string value, matched on its own (Amendment 1).
+    """Mask a stream event's other string value, matched on its own (docs/security.md "Scrubbing").
 
     Part of the stream path, so a key without the ``sk-ant-`` prefix also has its beginnings
     masked. A caller scrubbing many values should use ``StreamScrubber.other``, which reuses the
@@ -207,7 +207,8 @@ _JOINED = {"text": "text", "thinking": "thinking"}
 
 
 def scrub_json(value, key):
-    """A new copy of a parsed non-streamed response with the key masked (Amendment 1).
+    """A new copy of a parsed non-streamed response with the key masked (docs/security.md
+    "Scrubbing").
 
     ``content``'s text, thinking and citations' ``cited_text`` are matched as joins of each kind
     and all in order (a bare string item counts as text); every other string, dict name and
@@ -341,14 +342,15 @@ class _Join:
 
 
 class StreamScrubber:
-    """Mask the key in a stream's text pieces as they arrive (Amendment 1's joins).
+    """Mask the key in a stream's text pieces as they arrive, by join (docs/security.md
+    "Scrubbing").
 
     ``feed`` takes each piece with the channel (join) it belongs to, and returns the
     ``(channel, text)`` pieces now safe to emit, in input order, masked. Every piece is also part
     of the join of all pieces in order, so a key split across channels is caught. A character is
     released only once no join still holds it.
 
-    A pause is an event that carries no text into a join (Amendment 1). So a piece for one
+    A pause is an event that carries no text into a join. So a piece for one
     channel is a pause for every other channel's join, and ``pause()`` is for events that carry no
     text at all (a block's start or stop, a ping, a signature): without it the last few
     characters of the stream wait for the next piece or ``flush()``.

@@ -2,7 +2,8 @@
 
 Keys are read only here, to build one request's headers, and never leave the request: httpx
 clients are made with ``trust_env=False`` (no proxy or netrc from the environment) and never
-follow redirects, so the key goes only to the validated base URL (ADR-0126 D2).
+follow redirects, so the key goes only to the validated base URL (docs/security.md "Sending a
+key").
 """
 
 import asyncio
@@ -25,7 +26,8 @@ from .payload import ANTHROPIC_VERSION
 
 BASE_URL_ENV = "LLM_ACCOUNTS_BASE_URL"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-ERROR_BODY_LIMIT = 64 * 1024  # ADR-0126 Amendment 7: read at most 64 KiB and one byte
+# Read at most 64 KiB and one byte of an error body (docs/errors.md "Provider text is dropped").
+ERROR_BODY_LIMIT = 64 * 1024
 ERROR_BODY_SECONDS = 5.0
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
@@ -94,7 +96,7 @@ def async_client():
 
 class _BoundedBody:
     """At most 64 KiB + 1 byte of an error body, collected within five seconds; a body that has
-    not arrived by then is classified ``other`` (docs/errors.md)."""
+    not arrived by then is classified ``other`` (docs/errors.md "Provider text is dropped")."""
 
     def __init__(self):
         self.chunks, self.size = [], 0
@@ -129,8 +131,9 @@ def read_refusal(response):
     """Read, classify and drop a non-200 body: only closed-set values leave this function.
 
     The body is parsed here and nowhere else, so no frame, exception or log outside it ever
-    holds provider text (docs/errors.md). A server that stalls mid-body is cut off at the
-    deadline: a timer shuts the socket down, which wakes the blocked read.
+    holds provider text (docs/errors.md "Provider text is dropped"). A server that stalls
+    mid-body is cut off at the deadline: a timer shuts the socket down, which wakes the blocked
+    read.
     """
     body = _BoundedBody()
     sock = _socket_of(response)
@@ -231,7 +234,7 @@ _KIND_FOR_TYPE = {
 class _EventNamesOnly(logging.Filter):
     """httpcore's DEBUG trace prints response headers and exception text, which a hostile
     provider can fill with anything it was sent; these loggers keep only the event's name
-    (``receive_response_headers.complete``), never its values (docs/security.md)."""
+    (``receive_response_headers.complete``), never its values (docs/security.md "Logging")."""
 
     def filter(self, record):
         record.msg, record.args = str(record.msg).split(" ", 1)[0], None
