@@ -10,6 +10,7 @@ import json
 import os
 import re
 import sys
+import time
 import uuid
 from typing import Optional, Union
 
@@ -19,9 +20,10 @@ import llm
 from . import classify, payload, scrub, transport
 from .errors import AccountsError
 from .events import StreamReader, message_events
-from .wire import message_problem, usage_problem
 from .ledger import run_async
 from .options import RoutedOptions, check_prompt, not_utf8
+from .retries import DEFAULT_RETRIES, parse_retry_after
+from .wire import message_problem, usage_problem
 
 ROUTED_ID = "claude-routed"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -85,6 +87,7 @@ class _Shared:
                 scope=scope_for(conversation, self.instance_id),
                 pinned=prompt.options.account,
                 client=prompt.options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None,
+                retries=DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries,
             ),
             body,
         )
@@ -274,11 +277,17 @@ class RoutedClaude(_Shared, llm.KeyModel):
                     if not end.again:
                         return
                     end.again = False
+                    wait = call.take_wait()
+                    if wait:
+                        time.sleep(wait)  # a backoff or a cooldown, bounded (docs/design.md "Retries")
         except AccountsError as error:
             end.fail(error)
 
     def _attempt(self, http, url, call, body, stream, response, end):
         attempt = call.begin()
+        if attempt is None:  # wait, then reserve again
+            end.again = True
+            return
         try:
             yield from self._send(http, url, call, attempt, body, stream, response, end)
         except AccountsError as error:
@@ -307,7 +316,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                     # Interrupted while reading: the status alone still counts (a 401 blocks).
                     call.refused(attempt, status, classify.UNREADABLE)
                     raise
-                end.decide(call.refused(attempt, status, info))
+                end.decide(call.refused(attempt, status, info, parse_retry_after(resp.headers.get("retry-after"))))
                 return
             request_id = resp.headers.get("request-id")
             if stream:
@@ -385,6 +394,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     if not end.again:
                         return
                     end.again = False
+                    wait = call.take_wait()
+                    if wait:
+                        await asyncio.sleep(wait)
         except AccountsError as error:
             end.fail(error)
 
@@ -399,6 +411,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             if attempt is not None:
                 await _shielded(call.not_sent, attempt)
             raise
+        if attempt is None:
+            end.again = True
+            return
         try:
             async for event in self._send(http, url, call, attempt, body, stream, response, end):
                 yield event
@@ -429,7 +444,8 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     # The status alone still counts: a 401 blocks, a 429 is rate_limited.
                     await _shielded(call.refused, attempt, status, classify.UNREADABLE)
                     raise
-                end.decide(await _shielded(call.refused, attempt, status, info))
+                retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                end.decide(await _shielded(call.refused, attempt, status, info, retry_after))
                 return
             request_id = resp.headers.get("request-id")
             if stream:

@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 
 from . import payload
 from .errors import AccountsError
+from .retries import MAX_RETRIES
 from .records import CLIENT_RE
 
 
@@ -63,6 +64,11 @@ class RoutedOptions(llm.Options):
     thinking_budget: Optional[int] = Field(
         description="Extended thinking token budget (at least 1024)", default=None
     )
+    retries: Optional[int] = Field(
+        description="Retries on the same account after a 429 or 529 or a connection that never sent the request, "
+        "waiting at most 60 s in all (default 2; 0 turns retries and cooldown waits off)",
+        default=None,
+    )
     account: Optional[str] = Field(
         description="Pin a new conversation to this account (a bound conversation keeps its own)",
         default=None,
@@ -97,6 +103,13 @@ class RoutedOptions(llm.Options):
     def validate_positive(cls, value):
         if value is not None and value <= 0:
             raise ValueError("must be a positive integer")
+        return value
+
+    @field_validator("retries")
+    @classmethod
+    def validate_retries(cls, value):
+        if value is not None and not 0 <= value <= MAX_RETRIES:
+            raise ValueError(f"must be an integer from 0 to {MAX_RETRIES}")
         return value
 
     @field_validator("thinking_budget")

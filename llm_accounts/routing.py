@@ -14,7 +14,8 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, keys, pricing
+from . import catalog, classify, clock, keys, pricing
+from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import INT64_MAX
@@ -22,6 +23,7 @@ from .scrub import run_detector
 
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/design.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
+RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wait may cure
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
 
@@ -42,7 +44,9 @@ class Attempt:
 
 
 class RoutedCall:
-    def __init__(self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None):
+    def __init__(
+        self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES
+    ):
         self.declaration = declaration
         self.ledger = ledger
         self.body = body
@@ -59,11 +63,19 @@ class RoutedCall:
         # (account, short summary, error) of each attempt a new conversation moved on from.
         self.failures = []
         self.new_scope = None
+        self.retries = Retries(left=retries)
+        self.retrying = None  # the account a retry goes back to
+        self.pending_wait = None  # seconds the caller waits before calling begin() again
+        self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
 
     # Reservation -------------------------------------------------------------------------------
 
     def begin(self):
         """Reserve the next attempt and resolve its key; raises when nothing may be sent.
+
+        Returns None when the caller should wait ``take_wait()`` seconds and call again: a
+        cooldown that ends within the retry wait bound, or a retry of the last account once a new
+        conversation has no other account to move on to (docs/design.md "Retries").
 
         After a new conversation moved on, a refusal to reserve another account raises the last
         attempt's real failure instead, naming the accounts tried (docs/errors.md "Move-on that
@@ -79,15 +91,18 @@ class RoutedCall:
                 self.accounts,
                 pinned=self.pinned,
                 client=self.client,
-                exclude=tuple(self.tried),
+                exclude=tuple(name for name in self.tried if name != self.retrying),
             )
         except AccountsError as error:
             refusal = error
         if refusal is not None:
+            if self._wait_out(refusal):
+                return None
             raise self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
+        self.retrying = None
         self.records.append(
             {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
         )
@@ -102,16 +117,51 @@ class RoutedCall:
             raise AccountsError(missing.code, f"account '{account.name}': {missing.message}", account=account.name)
         return Attempt(reservation, secret)
 
+    def take_wait(self):
+        wait, self.pending_wait = self.pending_wait, None
+        return wait
+
+    def _wait_out(self, refusal):
+        """Whether to wait and call begin() again instead of raising ``refusal``."""
+        if refusal.retry_at is not None:
+            self.pending_wait = self.retries.cooldown(refusal.retry_at, clock.now())
+            return self.pending_wait is not None
+        if self.last_retriable is not None and refusal.code in ("no_account_available", "budget_exhausted"):
+            # A new conversation moved on as far as it could: retry where it last failed.
+            account, retry_after = self.last_retriable
+            return self._retry(account, retry_after)
+        return False
+
+    def _retry(self, account, retry_after_s):
+        self.pending_wait = self.retries.backoff(retry_after_s)
+        if self.pending_wait is None:
+            return False
+        self.retrying, self.last_retriable = account, None
+        return True
+
     def _last_failure(self, refusal):
         """The failure that made a new conversation move on, once no other account can take it."""
         if not self.failures or refusal.code not in ("no_account_available", "budget_exhausted"):
             return None
-        *earlier, (_, _, error) = self.failures
-        also = "; also tried " + ", ".join(f"{name} ({summary})" for name, summary, _ in earlier) if earlier else ""
-        rest = "; no other account could take it" + (" (budget_exhausted)" if refusal.code == "budget_exhausted" else "")
+        error = self.failures[-1][2]
+        rest = "no other account could take it" + (" (budget_exhausted)" if refusal.code == "budget_exhausted" else "")
+        return self._noted(error, rest)
+
+    def _noted(self, error, *extra):
+        """``error`` with the accounts tried before its own and the retries spent."""
+        earlier = {}
+        for name, summary, _ in self.failures:
+            if name != error.account:
+                earlier.setdefault(name, summary)
+        notes = ["also tried " + ", ".join(f"{name} ({summary})" for name, summary in earlier.items())] if earlier else []
+        notes += extra
+        if self.retries.used:
+            notes.append(f"after {self.retries.used} {'retry' if self.retries.used == 1 else 'retries'} (-o retries)")
+        if not notes:
+            return error
         return AccountsError(
             error.code,
-            f"{error.message}{also}{rest}",
+            f"{error.message}; {'; '.join(notes)}",
             account=error.account,
             attempt_id=error.attempt_id,
             http_status=error.http_status,
@@ -159,22 +209,23 @@ class RoutedCall:
                 record["cost_nusd"] = cost
 
     def _may_move_on(self):
-        return bool(self.new_scope) and self.pinned is None and len(self.tried) < MAX_ACCOUNTS
+        return bool(self.new_scope) and self.pinned is None and len(set(self.tried)) < MAX_ACCOUNTS
 
     # Outcomes ----------------------------------------------------------------------------------
 
-    def refused(self, attempt, status, info):
+    def refused(self, attempt, status, info, retry_after_s=None):
         """A non-200 answer, already reduced to closed-set ``info`` (``transport.read_refusal``).
 
-        Returns None to try the next account, else the routed error for the caller to raise
-        (raised by the caller, outside every frame that held the key or the response).
+        Returns None to try again (the next account, or the same one after ``take_wait()``),
+        else the routed error for the caller to raise (raised by the caller, outside every frame
+        that held the key or the response).
         """
         outcome = classify.outcome_for_status(status)
         failure = classify.failure_class(status, info)
         documented = info.documented and (400 <= status < 500 or status == 529)
         if documented:
             # A documented refusal is evidence nothing was processed: it settles at zero.
-            evidence = Refused(outcome, status, info.provider_error_type, info.rejection_class, failure)
+            evidence = Refused(outcome, status, info.provider_error_type, info.rejection_class, failure, retry_after_s)
             self._settle(attempt.id, evidence, outcome, 0)
         else:
             self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
@@ -190,10 +241,16 @@ class RoutedCall:
             attempt_id=attempt.id,
             http_status=status,
         )
-        if status in MOVE_ON_STATUSES and documented and self._may_move_on():
+        moving = status in MOVE_ON_STATUSES and documented
+        # A spending cap proves nothing was billed too, but retrying the same account cannot help.
+        retriable = moving and failure in RETRIED_CLASSES
+        if moving and self._may_move_on():
             self.failures.append((attempt.account, f"HTTP {status}", error))
+            self.last_retriable = (attempt.account, retry_after_s) if retriable else None
             return None
-        return self._with_tried(error)
+        if retriable and self._retry(attempt.account, retry_after_s):
+            return None
+        return self._noted(error)
 
     def transport_failed(self, attempt, failure):
         """The connection failed (``transport.TransportFailure``). Returns None to try the next
@@ -214,21 +271,11 @@ class RoutedCall:
         )
         if failure.never_sent and self._may_move_on():
             self.failures.append((attempt.account, failure.kind, error))
+            self.last_retriable = (attempt.account, None)
             return None
-        return self._with_tried(error)
-
-    def _with_tried(self, error):
-        """The last attempt's failure, naming the accounts a new conversation already moved on from."""
-        if not self.failures:
-            return error
-        tried = ", ".join(f"{name} ({summary})" for name, summary, _ in self.failures)
-        return AccountsError(
-            error.code,
-            f"{error.message}; also tried {tried}",
-            account=error.account,
-            attempt_id=error.attempt_id,
-            http_status=error.http_status,
-        )
+        if failure.never_sent and self._retry(attempt.account, None):
+            return None
+        return self._noted(error)
 
     def completed(self, attempt, message, request_id=None):
         """Settle a finished message from its usage; returns the ``routing`` object for llm logs.
@@ -290,7 +337,10 @@ class UnroutedCall:
     def begin(self):
         return Attempt(reservation=None, secret=self.key)
 
-    def refused(self, attempt, status, info):
+    def take_wait(self):
+        return None
+
+    def refused(self, attempt, status, info, retry_after_s=None):
         return AccountsError(
             classify.error_code_for(classify.outcome_for_status(status)),
             f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared)",

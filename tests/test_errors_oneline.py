@@ -60,7 +60,7 @@ def only_alpha(user_path):
 def test_a_move_on_that_runs_out_shows_the_last_real_failure_and_the_accounts_tried(accounts, ledger_path):
     accounts.set_behaviour("alpha", "rate_limited")
     accounts.set_behaviour("beta", "rate_limited")
-    line = one_line(llm_cli("-m", MODEL, "hello"))
+    line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "hello"))
     first, last = [row["account"] for row in attempts(ledger_path)]
     assert re.fullmatch(
         rf"Error: rate_limited: account '{last}' answered HTTP 429 rate_limit_error; nothing was billed "
@@ -73,7 +73,7 @@ def test_a_move_on_that_runs_out_shows_the_last_real_failure_and_the_accounts_tr
 def test_one_account_answering_429_shows_rate_limited_not_no_account_available(accounts, user_path, ledger_path):
     only_alpha(user_path)
     accounts.set_behaviour("alpha", "rate_limited")
-    line = one_line(llm_cli("-m", MODEL, "hello"))
+    line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "hello"))
     [row] = attempts(ledger_path)
     assert line == (
         f"Error: rate_limited: account 'alpha' answered HTTP 429 rate_limit_error; nothing was billed "
@@ -86,7 +86,7 @@ def test_nothing_listening_is_a_transport_error_naming_the_account_and_failure_c
 ):
     only_alpha(user_path)
     monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", f"http://127.0.0.1:{closed_port()}")
-    line = one_line(llm_cli("-m", MODEL, "hello"))
+    line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "hello"))
     [row] = attempts(ledger_path)
     assert (row["state"], row["outcome"]) == ("settled", "not_sent")
     assert line == (
@@ -97,7 +97,7 @@ def test_nothing_listening_is_a_transport_error_naming_the_account_and_failure_c
 
 def test_a_pinned_account_that_cannot_be_reached_names_itself_without_move_on(accounts, ledger_path, monkeypatch):
     monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", f"http://127.0.0.1:{closed_port()}")
-    line = one_line(llm_cli("-m", MODEL, "-o", "account", "beta", "hello"))
+    line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "-o", "account", "beta", "hello"))
     [row] = attempts(ledger_path)
     assert line == (
         "Error: transport_error: account 'beta' could not be reached (connection refused, failure class transport); "
@@ -282,7 +282,7 @@ def test_a_move_on_stopped_at_four_accounts_names_the_accounts_tried(user_path, 
                        for name in names]}
     with StandIn(config) as server:
         monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
-        line = one_line(llm_cli("-m", MODEL, "hello"))
+        line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "hello"))
     tried = [row["account"] for row in attempts(ledger_path)]
     assert len(tried) == 4
     assert line.startswith(f"Error: rate_limited: account '{tried[-1]}' answered HTTP 429 rate_limit_error")
