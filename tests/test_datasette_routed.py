@@ -1,5 +1,6 @@
 """The Datasette queries and dashboard on a ledger filled through the routed model (issue 6)."""
 
+import datetime as dt
 import sqlite3
 
 import pytest
@@ -13,11 +14,16 @@ from llm_accounts import clock, schema
 from llm_accounts.money import usd_exact
 
 MODEL = "claude-routed/claude-haiku-4-5"
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 
 
 @pytest.fixture
-def routed_ledger(accounts, ledger_path):
-    """A ledger written only by real routed prompts: completions, refusals, an open attempt."""
+def routed_ledger(accounts, ledger_path, monkeypatch):
+    """A ledger written only by real routed prompts: completions, refusals, an open attempt.
+
+    The ledger's clock is fixed at ``NOW`` for the whole test, so every attempt and the test's
+    reading of the current credit period fall in one period whatever the date."""
+    monkeypatch.setattr(clock, "now", lambda: NOW)
 
     def prompt(*args):
         return CliRunner().invoke(cli, ["-m", MODEL, *args])
@@ -28,7 +34,7 @@ def routed_ledger(accounts, ledger_path):
     prompt("-o", "account", "alpha", "Refused as too long")
     # A 429 puts alpha in a cooldown, so it comes last for alpha.
     accounts.set_behaviour("alpha", "rate_limited")
-    prompt("-o", "account", "alpha", "Refused by a 429")
+    prompt("-o", "account", "alpha", "-o", "retries", "0", "Refused by a 429")
     accounts.set_behaviour("beta", "drop")
     prompt("-o", "account", "beta", "Dropped mid-stream")
     return ledger_path

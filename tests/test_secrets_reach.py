@@ -106,13 +106,13 @@ def routed_error(stream, use_async=False):
         model = llm.get_async_model(MODEL)
 
         async def run():
-            return await model.prompt("hello", stream=stream).text()
+            return await model.prompt("hello", stream=stream, retries=0).text()
 
         with pytest.raises(AccountsError) as caught:
             asyncio.run(run())
     else:
         with pytest.raises(AccountsError) as caught:
-            llm.get_model(MODEL).prompt("hello", stream=stream).text()
+            llm.get_model(MODEL).prompt("hello", stream=stream, retries=0).text()
     return caught.value
 
 
