@@ -8,7 +8,6 @@ import json
 import re
 import socket
 import sqlite3
-import threading
 
 import pytest
 from click.testing import CliRunner
@@ -18,13 +17,10 @@ from hostile import hostile_account, text_reply  # noqa: F401  (fixture)
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
+from routed_helpers import attempts, llm_cli
 
 MODEL = "claude-routed/claude-haiku-4-5"
 UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-
-
-def llm_cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def one_line(result):
@@ -34,14 +30,6 @@ def one_line(result):
     assert len(lines) == 1, result.output
     assert "Traceback" not in result.output
     return lines[0]
-
-
-def attempts(ledger_path):
-    if not ledger_path.exists():
-        return []
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def closed_port():

@@ -9,26 +9,14 @@ zero). A malformed stream settles as ``stream_error``, a malformed whole message
 
 import copy
 import json
-import sqlite3
 
 import pytest
-from click.testing import CliRunner
-from llm.cli import cli
 
 from conftest import assert_no_key_material
 from hostile import MODEL, hostile_account, json_reply, message, raw_reply, sse, text_stream, usage  # noqa: F401
+from routed_helpers import attempts, llm_cli
 
 DEEP = 100_000
-
-
-def llm_cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def attempts(ledger_path):
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def nested(depth):

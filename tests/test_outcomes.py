@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import threading
 import time
@@ -23,6 +22,7 @@ from llm_accounts import transport
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
 from llm_accounts.pricing import settlement_cost
+from routed_helpers import attempts
 
 MODEL = "claude-routed/claude-haiku-4-5"
 SETTLE_S = 0.3  # once the server stalls, time for the client to read what was sent before it
@@ -39,14 +39,6 @@ def stalling(canary_key, user_path, ledger_path, monkeypatch):
     with Stalling() as server:
         monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
         yield server
-
-
-def attempts(ledger_path):
-    if not ledger_path.exists():
-        return []
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def health(ledger_path):

@@ -12,28 +12,17 @@ import sqlite3
 import string
 
 import pytest
-from click.testing import CliRunner
-from llm.cli import cli
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from hostile import HOLE, MODEL, SERVED, fill, hostile_account, text_reply, usage  # noqa: F401
 from llm_accounts.scrub import MASK
+from routed_helpers import attempts, llm_cli
 
 STREAMS = pytest.mark.parametrize("stream", [True, False], ids=["streamed", "not-streamed"])
 
 
-def llm_cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
 def prompt(stream):
     return llm_cli("-m", MODEL, "Hello", *([] if stream else ["--no-stream"]))
-
-
-def attempts(ledger_path):
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def logged_response(user_path):

@@ -9,26 +9,15 @@ import json
 import sqlite3
 
 import pytest
-from click.testing import CliRunner
-from llm.cli import cli
 
 from llm_accounts import retries
-from llm_accounts.declarations import Account, save_accounts_file
+from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Refused, Scope
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
+from routed_helpers import attempts, llm_cli
 
 MODEL = "claude-routed/claude-haiku-4-5"
-
-
-def llm_cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
-
-
-def attempts(ledger_path):
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def last_routing(user_path):

@@ -5,23 +5,17 @@ as ``\\u00XX`` JSON escapes: the raw JSON text holds no run of the key, the deco
 """
 
 import json
-import sqlite3
 
 import llm
-from click.testing import CliRunner
-from llm.cli import cli
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material
 from hostile import MODEL, escaped, hostile_account, raw_reply, sse, text_stream, tool_stream  # noqa: F401
 from llm_accounts import payload
 from llm_accounts.events import StreamReader
 from llm_accounts.scrub import MASK
+from routed_helpers import attempts, llm_cli
 
 FUNCTIONS = "def lookup(city: str) -> str:\n    return 'Sunny in ' + city\n"
-
-
-def llm_cli(*args):
-    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
 def pieces_of(text, size=5):
@@ -40,12 +34,6 @@ def tool_then_text(tool_id, name, pieces):
         return raw_reply(sse(tool_stream(tool_id, name, pieces)))
 
     return answer
-
-
-def attempts(ledger_path):
-    db = sqlite3.connect(ledger_path)
-    db.row_factory = sqlite3.Row
-    return [dict(row) for row in db.execute("select * from attempt order by created_at, rowid")]
 
 
 def test_escaped_key_in_streamed_tool_arguments_never_reaches_output_logs_or_ledger(
