@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from conftest import assert_no_key_material
 from llm.cli import cli
 
-from llm_accounts import schema
+from llm_accounts import clock, schema
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Scope
@@ -346,6 +346,7 @@ def test_status_json_and_table_report_client_caps(monkeypatch, ledger_path):
          "clients": {"ci": {"budget_usd": "1.00"}, "alice": {"budget_usd": "2.00"}}},
     ]
     monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps(declaration))
+    monkeypatch.setattr(clock, "now", lambda: T0)  # the reservation and the status in one period
     with Ledger() as ledger:
         ledger.reserve(conv("c1"), "a1", quote(NANO), load_declaration().accounts, client="ci")
     (line,) = json.loads(accounts_cli("status", "--json").output)["accounts"]

@@ -1,7 +1,9 @@
 """llm accounts ladder: the order new conversations try accounts, from the ledger's own rules."""
 
+import datetime as dt
 import json
 
+import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
@@ -13,6 +15,13 @@ from llm_accounts.money import NANO
 ALPHA = Account("alpha", "ALPHA_KEY", 10 * NANO)
 BETA = Account("beta", "BETA_KEY", 10 * NANO)
 GAMMA = Account("gamma", "GAMMA_KEY", 10 * NANO, rank=1)
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def at_now(monkeypatch):
+    """The ledger's clock fixed at ``NOW``, so a spend and the ladder read one credit period."""
+    monkeypatch.setattr(clock, "now", lambda: NOW)
 
 
 def ladder_json():
@@ -21,9 +30,9 @@ def ladder_json():
     return json.loads(result.output)
 
 
-def test_ranks_come_first_then_the_account_furthest_behind_pace(ledger_path):
+def test_ranks_come_first_then_the_account_furthest_behind_pace(ledger_path, at_now):
     save_accounts_file([ALPHA, BETA, GAMMA], None)
-    Ledger().adjust("spent", ALPHA, clock.credit_month(clock.now()), 3 * NANO, "test")
+    Ledger().adjust("spent", ALPHA, clock.credit_month(NOW), 3 * NANO, "test")
     assert [(r["position"], r["account"]) for r in ladder_json()] == [(1, "beta"), (2, "alpha"), (3, "gamma")]
 
 
@@ -35,9 +44,9 @@ def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path):
     assert rungs[-1]["reason"].startswith("blocked")
 
 
-def test_an_account_out_of_budget_is_not_available(ledger_path):
+def test_an_account_out_of_budget_is_not_available(ledger_path, at_now):
     save_accounts_file([ALPHA, BETA], None)
-    Ledger().adjust("spent", BETA, clock.credit_month(clock.now()), 10 * NANO, "test")
+    Ledger().adjust("spent", BETA, clock.credit_month(NOW), 10 * NANO, "test")
     assert [(r["account"], r["reason"]) for r in ladder_json()] == [("alpha", "available"), ("beta", "budget reached")]
 
 
@@ -49,7 +58,7 @@ def test_unrouted_says_so(ledger_path):
 def test_a_cooling_account_is_listed_with_its_cooldown(accounts, ledger_path):
     accounts.set_behaviour("alpha", "rate_limited")
     accounts.set_behaviour("beta", "rate_limited")
-    CliRunner().invoke(cli, ["-m", "claude-routed/claude-haiku-4-5", "-o", "account", "alpha", "Hello"])
+    CliRunner().invoke(cli, ["-m", "claude-routed/claude-haiku-4-5", "-o", "account", "alpha", "-o", "retries", "0", "Hello"])
     [alpha] = [r for r in ladder_json() if r["account"] == "alpha"]
     assert alpha["position"] is None
     assert alpha["reason"].startswith("cooling down after rate_limited until")

@@ -1,10 +1,12 @@
 """The ledger's ``llm accounts`` commands: status, attempts, block, unblock, reconcile, adjust, rebind."""
 
+import datetime as dt
 import json
 
 import pytest
 from click.testing import CliRunner
 
+from llm_accounts import clock
 from llm_accounts.cli import accounts
 from llm_accounts.declarations import load_declaration
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
@@ -18,6 +20,7 @@ DECLARATION = json.dumps(
     ]
 )
 COMMANDS = ("status", "attempts", "block", "unblock", "reconcile", "adjust", "rebind")
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # in credit period 2026-11
 
 
 def run(*args):
@@ -26,7 +29,10 @@ def run(*args):
 
 @pytest.fixture
 def declared(monkeypatch, ledger_path):
+    """The declaration above, with the ledger's clock fixed at ``NOW``: what a test reserves,
+    settles and reads falls in one credit period and one UTC day, whatever the date."""
     monkeypatch.setenv("ANTHROPIC_ACCOUNTS", DECLARATION)
+    monkeypatch.setattr(clock, "now", lambda: NOW)
     return load_declaration().accounts
 
 

@@ -2,9 +2,12 @@
 
 Each worker is ``python -c WORKER mode args``: it opens the ledger itself, says ``ready``, waits
 for a go-file so every process starts together, and prints one line per thing it did, flushed,
-so the parent knows what was admitted even for a process it kills.
+so the parent knows what was admitted even for a process it kills. The workers and the tests
+pass the ledger one instant, ``NOW``, so they all reserve, settle and read in one credit period
+whatever the date.
 """
 
+import datetime as dt
 import json
 import signal
 import sqlite3
@@ -21,8 +24,12 @@ from llm_accounts.pricing import Quote
 MODEL = "claude-sonnet-4-5-20250929"
 CEILING = 1_000_000
 BUDGET = 20 * CEILING
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 
-WORKER = r"""
+WORKER = f"""
+import datetime
+NOW = datetime.datetime.fromisoformat({NOW.isoformat()!r})
+""" + r"""
 import json, os, random, sqlite3, sys, time, uuid
 mode, path, go, *rest = sys.argv[1:]
 
@@ -77,7 +84,7 @@ if mode == "spend":
     while refusals < 15 and time.time() < deadline:
         attempt_id = uuid.uuid4().hex
         try:
-            reservation = ledger.reserve(Scope("conversation", f"w{index}"), attempt_id, Quote(rng.randint(ceiling // 2, ceiling)), accounts)
+            reservation = ledger.reserve(Scope("conversation", f"w{index}"), attempt_id, Quote(rng.randint(ceiling // 2, ceiling)), accounts, now=NOW)
         except AccountsError as error:
             assert error.code == "budget_exhausted", error.code
             refusals += 1
@@ -87,30 +94,30 @@ if mode == "spend":
         roll = rng.random()
         if roll < 0.6:
             cost = rng.randint(0, reservation.ceiling_nusd)
-            ledger.settle(attempt_id, Complete(cost, {"input_tokens": 1}, "claude-sonnet-4-5-20250929"))
+            ledger.settle(attempt_id, Complete(cost, {"input_tokens": 1}, "claude-sonnet-4-5-20250929"), now=NOW)
             say("settled", attempt_id, cost)
         elif roll < 0.8:
-            ledger.settle(attempt_id, Unknown("stream_truncated"))
+            ledger.settle(attempt_id, Unknown("stream_truncated"), now=NOW)
         else:
-            ledger.settle(attempt_id, NotSent())
+            ledger.settle(attempt_id, NotSent(), now=NOW)
             say("settled", attempt_id, 0)
 elif mode == "hang":
     budget, ceiling = int(rest[0]), int(rest[1])
-    reservation = ledger.reserve(Scope("conversation", "doomed"), "doomed-1", Quote(ceiling), [Account("solo", budget)])
+    reservation = ledger.reserve(Scope("conversation", "doomed"), "doomed-1", Quote(ceiling), [Account("solo", budget)], now=NOW)
     say("reserved", reservation.attempt_id)
     time.sleep(60)
 elif mode == "reserve":
     attempt_id = rest[0]
     wait_for_go()
     try:
-        ledger.reserve(Scope("conversation", uuid.uuid4().hex), attempt_id, Quote(1), [Account("solo", 10**9)])
+        ledger.reserve(Scope("conversation", uuid.uuid4().hex), attempt_id, Quote(1), [Account("solo", 10**9)], now=NOW)
         say("admitted")
     except AccountsError as error:
         say(error.code)
 elif mode == "settle":
     attempt_id, cost = rest[0], int(rest[1])
     wait_for_go()
-    say(ledger.settle(attempt_id, Complete(cost, {"input_tokens": 7}, "claude-sonnet-4-5-20250929", "req_1")))
+    say(ledger.settle(attempt_id, Complete(cost, {"input_tokens": 7}, "claude-sonnet-4-5-20250929", "req_1"), now=NOW))
 """
 
 
@@ -202,7 +209,7 @@ def test_a_process_killed_between_reserve_and_settle_leaves_its_ceiling_open(pat
     with Ledger(path) as ledger:
         assert [(a["id"], a["ceiling_nusd"]) for a in ledger.open_attempts()] == [("doomed-1", CEILING)]
         with pytest.raises(AccountsError) as caught:
-            ledger.reserve(Scope("conversation", "next"), "next-1", Quote(MODEL, 1, "2026-11-01", "ab" * 32), [solo])
+            ledger.reserve(Scope("conversation", "next"), "next-1", Quote(MODEL, 1, "2026-11-01", "ab" * 32), [solo], now=NOW)
         assert caught.value.code == "budget_exhausted"
 
 
@@ -219,11 +226,11 @@ def test_processes_racing_with_one_attempt_id_admit_it_once(path, workers):
 def test_processes_settling_one_attempt_identically_settle_it_once(path, workers):
     solo = Account("solo", "KEY_SOLO", 10**9)
     with Ledger(path) as ledger:
-        ledger.reserve(Scope("conversation", "c1"), "shared", Quote(MODEL, CEILING, "2026-11-01", "ab" * 32), [solo])
+        ledger.reserve(Scope("conversation", "c1"), "shared", Quote(MODEL, CEILING, "2026-11-01", "ab" * 32), [solo], now=NOW)
     settlers = [workers.start("settle", path, "shared", 4321) for _ in range(2)]
     workers.release()
     results = sorted(workers.finish(settler)[-1] for settler in settlers)
     assert results == ["already_settled", "settled"]
     with Ledger(path) as ledger:
-        (line,) = ledger.status([solo])
+        (line,) = ledger.status([solo], now=NOW)
         assert (line.settled_nusd, line.open_ceiling_nusd, line.blocked_reason) == (4321, 0, None)
