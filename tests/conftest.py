@@ -1,6 +1,9 @@
+import datetime
 import json
 import os
+import pathlib
 import secrets
+import shutil
 import string
 
 import pytest
@@ -12,6 +15,36 @@ ISOLATED_ENV = (
     "LLM_ACCOUNTS_CLIENT",
     "LLM_ACCOUNTS_LEDGER",
 )
+
+
+FAKETIME = shutil.which("faketime")
+CLOCKS = pathlib.Path(__file__).resolve().parent / "clocks"
+needs_faketime = pytest.mark.skipif(
+    FAKETIME is None, reason="no faketime on PATH (Debian: apt-get install faketime) to fix a child process's clock"
+)
+
+
+def without_faketime(env):
+    """A copy of ``env`` without an outer faketime's settings (``scripts/test-clocks``): for a
+    process that must not run under libfaketime, or that starts its own faketime (a wrapper
+    preloaded with libfaketime but without the outer clock's shared memory fails to start)."""
+    env = {name: value for name, value in env.items() if name not in ("FAKETIME", "FAKETIME_SHARED")}
+    preload = [lib for lib in env.pop("LD_PRELOAD", "").replace(":", " ").split() if "faketime" not in lib]
+    if preload:
+        env["LD_PRELOAD"] = " ".join(preload)
+    return env
+
+
+def under_faketime(argv, instant, env):
+    """``(argv, env)`` that run ``argv`` under Debian's ``faketime`` with its clock started at
+    ``instant`` (an aware datetime) and ticking from there. The monotonic clock stays real, and
+    ``clocks/sitecustomize.py`` keeps Python children working under libfaketime."""
+    env = without_faketime(env)
+    path = os.pathsep.join(filter(None, (str(CLOCKS), env.get("PYTHONPATH"))))
+    # faketime reads the instant in the local time zone, hence TZ=UTC.
+    env.update(TZ="UTC", FAKETIME_DONT_FAKE_MONOTONIC="1", PYTHONPATH=path)
+    start = instant.astimezone(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    return [FAKETIME, "-m", "-f", f"@{start}", *argv], env
 
 
 @pytest.fixture(autouse=True)

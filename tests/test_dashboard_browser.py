@@ -1,7 +1,16 @@
 """The dashboard in a real browser: Datasette as a subprocess, headless Chromium loading
-``/-/llm-accounts``. Proves the page renders its SVG chart and paints its bars."""
+``/-/llm-accounts``. Proves the page renders its SVG chart and paints its bars.
 
+The ledger is placed around ``NOW`` (credit period 2026-11) and Datasette runs under Debian's
+``faketime`` with its clock started at ``NOW``, so the period and day it shows are the ledger's
+whatever the real date.
+"""
+
+import contextlib
+import os
+import pathlib
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -12,17 +21,18 @@ import zlib
 
 import pytest
 
-from llm_accounts import clock
-from test_datasette import build_ledger
+from conftest import needs_faketime, under_faketime, without_faketime
+from test_datasette import NOW, build_ledger
 
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 CHROMIUM = next(
     (path for path in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if path),
     None,
 )
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium binary on PATH (Debian: apt-get install chromium)"),
+    needs_faketime,
+]
 
 SETTLED_BLUE = (0x00, 0x72, 0xB2)  # the settled-spend bars' fill (Okabe-Ito blue)
 
@@ -35,12 +45,16 @@ def free_port():
 
 @pytest.fixture
 def dashboard_url(ledger_path):
-    build_ledger(ledger_path, now=clock.now())
+    build_ledger(ledger_path, now=NOW, wall=NOW)
     port = free_port()
-    process = subprocess.Popen(
+    argv, env = under_faketime(
         [sys.executable, "-m", "datasette", "serve", str(ledger_path), "--host", "127.0.0.1", "--port", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        NOW,
+        os.environ,
+    )
+    # faketime runs Datasette as its child: a process group of their own stops both.
+    process = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
     )
     url = f"http://127.0.0.1:{port}/-/llm-accounts"
     try:
@@ -56,12 +70,26 @@ def dashboard_url(ledger_path):
                 time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
+
+
+def stop(process):
+    """End Datasette, then the faketime running it. faketime removes its clock's shared-memory
+    objects once its child exits; killed itself, it would leave them behind for a later faketime
+    with the same process id to trip over."""
+    try:
+        children = pathlib.Path(f"/proc/{process.pid}/task/{process.pid}/children").read_text().split()
+    except OSError:
+        children = []
+    for child in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(child), signal.SIGTERM)
+    try:
+        process.wait(timeout=10 if children else 0)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):  # the whole group, faketime included
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
 
 
 def chromium(tmp_path, *args):
@@ -71,7 +99,8 @@ def chromium(tmp_path, *args):
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--hide-scrollbars", "--no-proxy-server", f"--user-data-dir={profile}", *args,
     ]
-    result = subprocess.run(command, capture_output=True, timeout=120)
+    # Never under libfaketime, which hangs Chromium: the page it renders reads no clock.
+    result = subprocess.run(command, capture_output=True, timeout=120, env=without_faketime(os.environ))
     assert result.returncode == 0, result.stderr.decode(errors="replace")[-2000:]
     return result.stdout.decode(errors="replace")
 

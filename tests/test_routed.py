@@ -1,5 +1,6 @@
 """The routed model end to end: the llm CLI and Python API against the stand-in (issue 5)."""
 
+import datetime as dt
 import json
 import sqlite3
 
@@ -8,12 +9,20 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
-from conftest import assert_no_key_material, assert_tree_has_no_key_material
+from conftest import assert_no_key_material, assert_tree_has_no_key_material, needs_faketime, under_faketime
+from llm_accounts import clock
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 
 MODEL = "claude-routed/claude-haiku-4-5"
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # mid credit period 2026-11
+
+
+@pytest.fixture
+def at_now(monkeypatch):
+    """The ledger's clock fixed at ``NOW``: a test's turns and its spends share one credit period."""
+    monkeypatch.setattr(clock, "now", lambda: NOW)
 
 
 def llm_cli(*args):
@@ -59,7 +68,7 @@ def test_llm_logs_keep_usage_and_the_routing_object(accounts, user_path, ledger_
     assert routing["price_revision"] == row["price_revision"]
 
 
-def test_a_continued_conversation_stays_on_its_account(accounts, ledger_path):
+def test_a_continued_conversation_stays_on_its_account(accounts, ledger_path, at_now):
     llm_cli("-m", MODEL, "First turn")
     first = attempts(ledger_path)[0]["account"]
     # Make the other account look far more attractive: the conversation must not move.
@@ -72,11 +81,9 @@ def test_a_continued_conversation_stays_on_its_account(accounts, ledger_path):
     assert len(accounts.requests[-1]["body"]["messages"]) == 3
 
 
-def test_a_new_conversation_goes_to_the_account_furthest_behind_pace(accounts, ledger_path):
-    from llm_accounts import clock
-
+def test_a_new_conversation_goes_to_the_account_furthest_behind_pace(accounts, ledger_path, at_now):
     alpha = Account("alpha", "ALPHA_KEY", 20 * NANO)
-    Ledger().adjust("pre-spend", alpha, clock.credit_month(clock.now()), 5 * NANO, "test")
+    Ledger().adjust("pre-spend", alpha, clock.credit_month(NOW), 5 * NANO, "test")
     llm_cli("-m", MODEL, "A new conversation")
     assert attempts(ledger_path)[-1]["account"] == "beta"
 
@@ -119,7 +126,7 @@ def test_an_echoed_key_never_reaches_output_logs_or_ledger(accounts, user_path, 
     assert (user_path / "logs.db").exists() and ledger_path.exists()
 
 
-def test_a_bound_account_out_of_budget_refuses_with_spend_budget_and_reset(accounts, ledger_path):
+def test_a_bound_account_out_of_budget_refuses_with_spend_budget_and_reset(accounts, ledger_path, at_now):
     llm_cli("-m", MODEL, "Hello")
     row = attempts(ledger_path)[0]
     Ledger().adjust("spent-it", Account(row["account"], row["account"].upper() + "_KEY", 20 * NANO), row["month_utc"], 19 * NANO + 900_000_000, "test")
@@ -334,9 +341,7 @@ def test_a_stream_closed_by_the_caller_settles_as_stream_closed(accounts, ledger
     assert (row["state"], row["outcome"]) == ("open", "stream_closed")
 
 
-def test_a_new_conversation_goes_where_its_system_prompt_is_warm(accounts, ledger_path):
-    from llm_accounts import clock
-
+def test_a_new_conversation_goes_where_its_system_prompt_is_warm(accounts, ledger_path, at_now):
     system = "You are a careful assistant. " * 800  # well past the minimum cacheable length
     llm_cli("-m", MODEL, "First", "-s", system, "-o", "cache", "1h")
     [first] = attempts(ledger_path)
@@ -344,7 +349,7 @@ def test_a_new_conversation_goes_where_its_system_prompt_is_warm(accounts, ledge
     assert usage["cache_creation"]["ephemeral_1h_input_tokens"] > 0
     # Spend a little on the warm account: by pace alone the other account would now be chosen.
     warm = Account(first["account"], first["account"].upper() + "_KEY", 20 * NANO)
-    Ledger().adjust("pre-spend", warm, clock.credit_month(clock.now()), 1 * NANO, "test")
+    Ledger().adjust("pre-spend", warm, clock.credit_month(NOW), 1 * NANO, "test")
     llm_cli("-m", MODEL, "Second", "-s", system, "-o", "cache", "1h")
     second = attempts(ledger_path)[-1]
     assert second["account"] == first["account"]
@@ -355,8 +360,12 @@ def test_a_new_conversation_goes_where_its_system_prompt_is_warm(accounts, ledge
     assert attempts(ledger_path)[-1]["account"] != first["account"]
 
 
+@needs_faketime
 def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, user_path, ledger_path):
-    """Real ``llm`` processes on one ledger: every committed state stays within each budget."""
+    """Real ``llm`` processes on one ledger: every committed state stays within each budget.
+
+    The processes run under faketime from ``NOW``, so all of them reserve in one credit period
+    (the audit sums each account's whole ledger) whatever the real date."""
     import os
     import subprocess
     import sys
@@ -397,9 +406,10 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
 
     auditor = threading.Thread(target=audit)
     auditor.start()
+    commands = [under_faketime([llm_bin, "--no-log", "-m", MODEL, f"Prompt {i}"], NOW, env) for i in range(8)]
     processes = [
-        subprocess.Popen([llm_bin, "--no-log", "-m", MODEL, f"Prompt {i}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(8)
+        subprocess.Popen(argv, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for argv, child_env in commands
     ]
     results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in processes]
     done.set()
