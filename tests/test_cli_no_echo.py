@@ -115,7 +115,7 @@ def test_refresh_models_names_the_argument_and_rule_for_an_undeclared_name(canar
 
 
 def test_rebind_does_not_repeat_the_conversation_id(canary_key):
-    conversation_id = canary_key[13:]  # passes the id rule: no sk-ant
+    conversation_id = "c" + canary_key[13:]  # passes the id rule (no sk-ant) and is no option (no leading -)
     result = run("accounts", "rebind", conversation_id, "work")
     assert result.exit_code == 1
     assert result.output.startswith("Error: declaration_invalid: CONVERSATION_ID: the ledger holds no conversation with this id")

@@ -20,6 +20,7 @@ from hostile import message, sse, text_stream, usage
 from stalling import LIVENESS_S, Stalling, head
 from llm_accounts import transport
 from llm_accounts.declarations import Account, save_accounts_file
+from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 from llm_accounts.pricing import settlement_cost
 from routed_helpers import attempts
@@ -100,17 +101,27 @@ def test_an_async_200_cancelled_while_its_body_is_read_stays_open_as_cancelled(s
     assert row["ceiling_nusd"] > 0
 
 
-def test_an_async_prompt_cancelled_before_its_request_is_sent_settles_as_not_sent(stalling, ledger_path):
+def test_an_async_prompt_cancelled_before_its_request_is_sent_settles_as_not_sent(stalling, ledger_path, monkeypatch):
     llm.get_model(MODEL)  # the ledger exists once a first prompt has been reserved
     data = json.dumps(message([{"type": "text", "text": "Hello."}])).encode()
     stalling.pieces = [head(200, "OK", "application/json", len(data)), data]
     asyncio.run(llm.get_async_model(MODEL).prompt("first", stream=False).text())
     held = sqlite3.connect(ledger_path, isolation_level=None, check_same_thread=False)
     held.execute("BEGIN IMMEDIATE")  # the next reservation waits for this lock
+    reserving = threading.Event()
+    reserve = Ledger.reserve
+
+    def noting_reserve(self, *args, **kw):
+        reserving.set()
+        return reserve(self, *args, **kw)
+
+    monkeypatch.setattr(Ledger, "reserve", noting_reserve)
 
     async def main():
         task = asyncio.ensure_future(llm.get_async_model(MODEL).prompt("second", stream=False).text())
-        await asyncio.sleep(0.3)
+        while not reserving.is_set():
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(SETTLE_S)  # into the lock wait
         task.cancel()
         loop = asyncio.get_running_loop()
         loop.call_later(0.2, lambda: held.execute("ROLLBACK"))
