@@ -1,4 +1,4 @@
-"""Ledger throughput against raw SQLite commits, measured in the same run (design.md "Performance targets").
+"""Ledger throughput against raw SQLite commits, measured in the same run (architecture.md "Performance targets").
 
     /tmp/venv/bin/python bench/ledger.py [--processes 8] [--seconds 3] [--rounds 2] [--dir DIR]
 

@@ -1,4 +1,4 @@
-"""Whole-command overhead of the routed model (design.md "Performance targets", issue 5).
+"""Whole-command overhead of the routed model (architecture.md "Performance targets", issue 5).
 
 Usage: python bench/overhead.py [--runs 15]
 

@@ -1,4 +1,4 @@
-"""CPU cost of scrubbing a stream (design.md "Performance targets": <= 5% more than unscrubbed).
+"""CPU cost of scrubbing a stream (architecture.md "Performance targets": <= 5% more than unscrubbed).
 
 Usage: python bench/scrub.py [--deltas 2000] [--rounds 15]
 

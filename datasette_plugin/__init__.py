@@ -1,4 +1,4 @@
-"""Datasette plugin for the llm-accounts ledger (docs/design.md "Datasette").
+"""Datasette plugin for the llm-accounts ledger (docs/architecture.md "Datasette").
 
 Adds read-only canned queries to every database holding the ledger's tables, and a spend
 dashboard at ``/-/llm-accounts``. Datasette 0.65 asks for canned queries through the

@@ -1,4 +1,4 @@
-"""The spend dashboard at ``/-/llm-accounts`` (docs/design.md "Datasette").
+"""The spend dashboard at ``/-/llm-accounts`` (docs/architecture.md "Datasette").
 
 ``load()`` reads one ledger database; ``summarize()``, ``budget_chart()`` and ``daily_chart()``
 are pure and turn those rows into what the template draws. Money stays integer nanodollars
@@ -68,7 +68,7 @@ class AccountSummary:
     budget_nusd: int = None
     budget_month: str = None  # the credit period the budget was read from
     daily_budget_nusd: int = None
-    settled_nusd: int = 0  # settled attempts plus adjustments (S in docs/design.md "Selection")
+    settled_nusd: int = 0  # settled attempts plus adjustments (S in docs/architecture.md "Selection")
     open_nusd: int = 0  # ceilings of attempts with unknown outcome (R, same section)
     today_settled_nusd: int = 0
     today_open_nusd: int = 0
@@ -338,7 +338,7 @@ DAILY_TOP = 16
 
 
 def period_days(month):
-    """Every UTC day of credit period ``month``, in order (docs/design.md "Months and days")."""
+    """Every UTC day of credit period ``month``, in order (docs/architecture.md "Months and days")."""
     start, end = clock.credit_period(month)
     days, day = [], start.date()
     while day < end.date():

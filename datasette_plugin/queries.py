@@ -1,4 +1,4 @@
-"""The ledger's canned queries: the one definition of their SQL (docs/design.md "Datasette").
+"""The ledger's canned queries: the one definition of their SQL (docs/architecture.md "Datasette").
 
 The plugin registers these on every database that holds the ledger's tables, and
 ``metadata.yml`` at the top of the repository is generated from ``metadata()`` with cog, so
@@ -262,7 +262,7 @@ WARM_PREFIXES = Query(
     name="warm_prefixes",
     title="Warm prompt prefixes",
     description=(
-        "Stable prompt prefixes believed cached at an account (docs/design.md \"Warm prefixes\"): "
+        "Stable prompt prefixes believed cached at an account (docs/architecture.md \"Warm prefixes\"): "
         "a new conversation with the same prefix prefers that account while the entry is live. "
         "Lapsed entries are kept until the ledger purges them. The certificate is shortened "
         "to 12 characters."

@@ -1,4 +1,4 @@
-"""Which models each account serves, refreshed from ``GET /v1/models`` (docs/design.md "An
+"""Which models each account serves, refreshed from ``GET /v1/models`` (docs/architecture.md "An
 account declaration").
 
 ``llm accounts refresh-models`` asks each account's organization which models it may use and

@@ -1,11 +1,11 @@
 """Failure classification: provider error types, rejection classes, failure classes, outcomes.
 
-Two vocabularies, both closed sets (docs/errors.md "Rejection classes" and docs/design.md
+Two vocabularies, both closed sets (docs/errors.md "Rejection classes" and docs/architecture.md
 "Failure classes and health"):
 
 - ``provider_error_type`` and ``rejection_class`` describe a rejected request for diagnosis
   only. Nothing branches on them except health, which treats the two out-of-credit classes as
-  ``quota_exhausted`` (docs/design.md "Quota exhaustion").
+  ``quota_exhausted`` (docs/architecture.md "Quota exhaustion").
 - the failure class, one of seven, drives per-account health and cooldowns.
 
 The drop rule (docs/errors.md "Provider text is dropped"): an error body, its decoded object and
@@ -91,7 +91,7 @@ _CLASS_FOR_STREAM_TYPE = {
     "billing_error": "quota_exhausted",
 }
 
-# The closed set of attempt outcomes (docs/design.md "Attempt outcomes").
+# The closed set of attempt outcomes (docs/architecture.md "Attempt outcomes").
 OUTCOMES = (
     "complete",
     "not_sent",
@@ -160,7 +160,7 @@ def parse_error_body(raw):
     A body over 64 KiB, one that is not JSON, or not an error object gives ``other`` for both
     fields and ``documented=False``. ``documented`` is true only for the documented shape
     ``{"type": "error", "error": {"type": <documented type>, "message": <string>}}``: the
-    evidence that the provider refused the request before processing it (docs/design.md
+    evidence that the provider refused the request before processing it (docs/architecture.md
     "Attempt outcomes"). Never raises and never logs.
     """
     try:
@@ -196,10 +196,10 @@ def _classify(raw):
 
 
 def failure_class(http_status, info, *, transport=False):
-    """The failure class of a failed attempt (docs/design.md "Failure classes and health").
+    """The failure class of a failed attempt (docs/architecture.md "Failure classes and health").
 
     Body evidence outranks status: providers return a monthly cap as a 429 or a 400, and only
-    the body says the account is out of credit (docs/design.md "Quota exhaustion").
+    the body says the account is out of credit (docs/architecture.md "Quota exhaustion").
     ``http_status`` is None (or 200) for an error that arrived inside a stream.
     """
     if transport:
@@ -228,7 +228,7 @@ def failure_class(http_status, info, *, transport=False):
 
 
 def outcome_for_status(http_status):
-    """The attempt outcome for a failed HTTP status (docs/design.md "Attempt outcomes")."""
+    """The attempt outcome for a failed HTTP status (docs/architecture.md "Attempt outcomes")."""
     if isinstance(http_status, bool) or not isinstance(http_status, int):
         raise ValueError("http_status must be an integer")
     if 200 <= http_status < 300:

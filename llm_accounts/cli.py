@@ -245,7 +245,7 @@ def prices(json_, model_id):
 
 
 # Declaring accounts: add, remove, list, lookup
-# (docs/design.md "Environment", "An account declaration" and "Key resolution").
+# (docs/architecture.md "Environment", "An account declaration" and "Key resolution").
 
 
 def _warn_if_overridden():
@@ -433,7 +433,7 @@ def list_(json_):
         if source:
             click.echo(f"([] is declared by {source})")
         return
-    # The client caps column (docs/design.md "Client caps") appears once any account declares caps.
+    # The client caps column (docs/architecture.md "Client caps") appears once any account declares caps.
     capped = any(a.clients for a in declaration.accounts)
     rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models") + (("client caps",) if capped else ())]
     for a in declaration.accounts:
@@ -564,7 +564,7 @@ def demo(keep):
 
 
 # The ledger: status, attempts, blocks, reconciliation, corrections and rebinding
-# (docs/design.md "Ledger").
+# (docs/architecture.md "Ledger").
 
 
 def _ledger():

@@ -1,4 +1,4 @@
-"""Credit periods and UTC days (docs/design.md "Months and days").
+"""Credit periods and UTC days (docs/architecture.md "Months and days").
 
 The provider's monthly credit refreshes at 00:00 UTC on the last day of each calendar month, so
 an instant ``t`` belongs to the credit period keyed by the calendar month of ``t + 1 day``.

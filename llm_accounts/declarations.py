@@ -1,6 +1,6 @@
 """Account declarations: where they come from and what makes one valid.
 
-Contracts: docs/design.md "Environment" and "An account declaration".
+Contracts: docs/architecture.md "Environment" and "An account declaration".
 
 A declaration is read from, highest first, the process environment's ``ANTHROPIC_ACCOUNTS``, the
 working directory's ``.env.local`` then ``.env``, then ``accounts.json`` in the llm user
@@ -34,7 +34,7 @@ ACCOUNTS_FILE = "accounts.json"
 DOTENV_FILES = (".env.local", ".env")  # highest first
 
 NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-# A variable-name rule with a length bound (docs/design.md "An account declaration"); used
+# A variable-name rule with a length bound (docs/architecture.md "An account declaration"); used
 # unchanged as the environment variable, the dotenv key, the `llm keys` name and the lookup's
 # {name}.
 KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -70,10 +70,10 @@ class Account:
     key_env: str
     budget_nusd: int
     daily_budget_nusd: int | None = None
-    rank: int = 0  # lower is preferred (docs/design.md "Selection")
+    rank: int = 0  # lower is preferred (docs/architecture.md "Selection")
     weight: int = 1
     models: tuple[str, ...] | None = None  # None: every priced model
-    # Per-client caps (docs/design.md "Client caps"): ((client label, monthly cap in nanodollars),
+    # Per-client caps (docs/architecture.md "Client caps"): ((client label, monthly cap in nanodollars),
     # ...) sorted by label, a tuple so the account stays hashable. With clients_only, only these
     # clients may use it.
     clients: tuple[tuple[str, int], ...] = ()
@@ -234,7 +234,7 @@ def _client_label(label, field):
 
 
 def _clients(value, field):
-    """Per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}`` (docs/design.md "Client
+    """Per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}`` (docs/architecture.md "Client
     caps").
 
     Entries are named by position in errors (``clients.<entry 1>``), never by their label.
@@ -443,7 +443,7 @@ def read_dotenv(path):
     ``#`` comments, blank lines; values in single quotes are literal and may span lines; values in
     double quotes may span lines and understand ``\\"``, ``\\\\``, ``\\n``, ``\\t``, ``\\r``;
     unquoted values end at the line's end or at `` #``, with surrounding spaces removed. A bare
-    ``NAME`` is present and empty (an empty key is invalid, not a miss: docs/design.md "Key
+    ``NAME`` is present and empty (an empty key is invalid, not a miss: docs/architecture.md "Key
     resolution"). Nothing is interpolated. A missing file is empty; a malformed one is an error
     naming the file and line.
     """
@@ -601,7 +601,7 @@ def overriding_source(*, environ=None, cwd=None):
 
 
 def load_declaration(*, environ=None, cwd=None):
-    """The declaration in force for this process and working directory (docs/design.md
+    """The declaration in force for this process and working directory (docs/architecture.md
     "Environment")."""
     environ = os.environ if environ is None else environ
     cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
@@ -710,7 +710,7 @@ def add_account(account, *, replace=False):
 
     Returns ``(path, replaced)``.
 
-    A name is one budget allocation with one immutable key reference (docs/design.md "What a
+    A name is one budget allocation with one immutable key reference (docs/architecture.md "What a
     credit period fixes"), so
     replacing an account may change its budgets, rank, weight and models but not its key_env.
     """
@@ -731,7 +731,7 @@ def _add_account(account, replace):
     elif accounts[existing].key_env != account.key_env:
         raise AccountsError(
             "account_config_conflict",
-            f"account {account.name} uses another key_env; an account keeps its key_env (docs/design.md \"What a credit period fixes\"), so declare a new account for a different key",
+            f"account {account.name} uses another key_env; an account keeps its key_env (docs/architecture.md \"What a credit period fixes\"), so declare a new account for a different key",
             account=account.name,
         )
     else:

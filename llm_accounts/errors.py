@@ -43,7 +43,7 @@ class AccountsError(Exception):
         self.attempt_id = attempt_id
         self.http_status = http_status
         # When a cooling account takes its next attempt (an aware datetime), for a refusal a
-        # caller may wait out (docs/design.md "Retries").
+        # caller may wait out (docs/architecture.md "Retries").
         self.retry_at = retry_at
         self.message = message
         super().__init__(f"{code}: {message}")

@@ -4,7 +4,7 @@ Pure functions over a small ``Health`` record (one ``health`` row); the ledger r
 calls these inside its transaction, and writes what they return. ``None`` means "write nothing":
 the row changes only on a change of state or class.
 
-The rules (docs/design.md "Failure classes and health"):
+The rules (docs/architecture.md "Failure classes and health"):
 
 - Seven failure classes. ``semantic`` (the model answered, the work was wrong) never touches
   health; an unrecognised failure is ``semantic``, never "unavailable".
@@ -43,7 +43,7 @@ DWELL = {
     "transport": dt.timedelta(seconds=30),
 }
 #: A short outage is tried again soon; the longer it lasts, the longer the wait, up to the
-#: class's dwell (docs/design.md "Failure classes and health"). A retry-after from the provider
+#: class's dwell (docs/architecture.md "Failure classes and health"). A retry-after from the provider
 #: sets the wait instead, within the same bounds.
 GROWING = ("rate_limited", "provider_outage")
 FIRST_DWELL = dt.timedelta(seconds=2)

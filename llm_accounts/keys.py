@@ -1,4 +1,4 @@
-"""Strict key resolution for one account's ``key_env`` (docs/design.md "Key resolution").
+"""Strict key resolution for one account's ``key_env`` (docs/architecture.md "Key resolution").
 
 The name is used unchanged at every step, in this order, and the first step that has it decides:
 
@@ -56,7 +56,7 @@ def _error(code, message, account):
 
 
 def _accept(value, key_env, where, account):
-    """8-1,024 printable ASCII characters without spaces, not the name itself (docs/design.md "Key
+    """8-1,024 printable ASCII characters without spaces, not the name itself (docs/architecture.md "Key
     resolution")."""
     if value == "":
         raise _error(

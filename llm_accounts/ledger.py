@@ -1,6 +1,6 @@
 """The SQLite ledger: atomic admission, price ceilings, settlement, credit months.
 
-The rules are in docs/design.md "Ledger", "Ceilings and settlement" and "Attempt outcomes".
+The rules are in docs/architecture.md "Ledger", "Ceilings and settlement" and "Attempt outcomes".
 
 Every operation is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection
 (rollback journal, ``synchronous=FULL``, foreign keys on). SQLite's own file lock serializes
@@ -13,7 +13,7 @@ Money is integer nanodollars. Each ``month`` row keeps running totals of its att
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
 changes an attempt, so admission reads one row per account instead of summing the month;
 ``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
-A client's cap on an account (docs/design.md "Client caps") is checked by summing that client's
+A client's cap on an account (docs/architecture.md "Client caps") is checked by summing that client's
 attempts in the same transaction, on the partial ``attempt_client`` index.
 
 Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
@@ -73,12 +73,12 @@ __all__ = [
 
 log = logging.getLogger("llm_accounts.ledger")
 
-BUSY_TIMEOUT_S = 5.0  # SQLite lock wait, then ledger_busy (docs/design.md "Ledger")
+BUSY_TIMEOUT_S = 5.0  # SQLite lock wait, then ledger_busy (docs/architecture.md "Ledger")
 ADMISSION_TIMEOUT_S = 5.0  # async callers' wait for a worker thread, then ledger_busy
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
-WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/design.md "Warm prefixes")
+WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/architecture.md "Warm prefixes")
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 
 
@@ -400,7 +400,7 @@ class Ledger:
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = FULL")
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            # A rollback journal (docs/design.md "Ledger"): a file switched to WAL is switched back.
+            # A rollback journal (docs/architecture.md "Ledger"): a file switched to WAL is switched back.
             if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
                 raise self._unavailable("it is in WAL mode and could not be switched back to a rollback journal")
         if not _schema_text_is_utf8(conn):
@@ -454,7 +454,7 @@ class Ledger:
         A bound scope uses its binding; a new scope selects among ``accounts`` (the current
         declaration) and is bound in the same transaction. ``pinned`` restricts it to one account.
 
-        ``exclude`` is the bounded move-on of a new conversation (docs/design.md "Failover"):
+        ``exclude`` is the bounded move-on of a new conversation (docs/architecture.md "Failover"):
         accounts already tried are not selected, and a scope whose every attempt was refused
         unbilled (429, 529 or never sent) still counts as new while its bound account is excluded,
         so it is bound to the next candidate.
@@ -528,7 +528,7 @@ class Ledger:
         )
 
     def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client):
-        """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/design.md "Scope")."""
+        """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/architecture.md "Scope")."""
         conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
             raise AccountsError(
@@ -576,7 +576,7 @@ class Ledger:
         return row[0], row[1]
 
     def _select(self, conn, provider, declared, facts, quote, day, now, client=None):
-        """Order the candidates (docs/design.md "Selection") and bind the first."""
+        """Order the candidates (docs/architecture.md "Selection") and bind the first."""
         verdicts = [self._verdict(conn, provider, account, facts, quote, day, now, client) for account in declared.values()]
         fit = [v for v in verdicts if not v.code]
         if not fit:
@@ -689,7 +689,7 @@ class Ledger:
         """Record what happened to an attempt: ``"settled"``, ``"already_settled"`` or ``"still_open"``.
 
         ``cert``, ``hour_after_key`` and ``server_tools`` describe the request's stable prefix for
-        the warm-prefix index (docs/design.md "Warm prefixes"); only a complete settlement uses them.
+        the warm-prefix index (docs/architecture.md "Warm prefixes"); only a complete settlement uses them.
         Without ``now`` the clock is read inside the transaction, once the write lock is held.
         """
         check_id(attempt_id, "attempt_id")
@@ -715,7 +715,7 @@ class Ledger:
             if fields is None or _same_settlement(row, fields):
                 return "already_settled"
             # Differing final evidence blocks the account; the original row stays
-            # (docs/design.md "Ceilings and settlement").
+            # (docs/architecture.md "Ceilings and settlement").
             self._block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
             return _Deferred(
                 AccountsError(
@@ -778,14 +778,14 @@ class Ledger:
             )
         if evidence.cost_nusd > row["ceiling_nusd"]:
             # Record the true cost, never clamp it, and block the account
-            # (docs/design.md "Ceilings and settlement").
+            # (docs/architecture.md "Ceilings and settlement").
             log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
             self._block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
         elif cert is not None and row["block_reason"] is None:
             _write_warm(conn, row, clean_usage(evidence.usage), cert, hour_after_key, server_tools)
 
     def _record_unknown(self, conn, row, evidence, h, ts, now):
-        """The attempt stays open; its first recorded reason stands (docs/design.md "Attempt outcomes")."""
+        """The attempt stays open; its first recorded reason stands (docs/architecture.md "Attempt outcomes")."""
         provider, name = row["provider"], row["account"]
         if row["outcome"] is None or (row["failure_class"] is None and evidence.failure_class is not None):
             conn.execute(
@@ -903,7 +903,7 @@ class Ledger:
     def reconcile(self, adjustment_id, attempt_id, cost_nusd, source_ref, *, now=None):
         """Close an open attempt at a sourced cost: the cost enters spend once, through the attempt,
         and a zero-delta ``reconciliation`` row records who said so
-        (docs/design.md "Ceilings and settlement")."""
+        (docs/architecture.md "Ceilings and settlement")."""
         check_id(adjustment_id, "adjustment_id")
         check_id(attempt_id, "attempt_id")
         check_int(cost_nusd, "cost")
@@ -950,7 +950,7 @@ class Ledger:
 
     def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
         """A signed, sourced correction to a month's spend; never rewrites an attempt
-        (docs/design.md "Ceilings and settlement")."""
+        (docs/architecture.md "Ceilings and settlement")."""
         check_id(adjustment_id, "adjustment_id")
         name, declared = account_ref(account)
         check_month(month_utc)
@@ -1397,7 +1397,7 @@ def _client_cap_status(client, cap, settled, open_):
 
 
 def _client_totals(conn, provider, account, month, client):
-    """Per-client caps (docs/design.md "Client caps"): ``(settled costs, open ceilings)`` of
+    """Per-client caps (docs/architecture.md "Client caps"): ``(settled costs, open ceilings)`` of
     ``client``'s attempts on ``account`` in credit period ``month``, in one statement on the
     ``attempt_client`` index. Adjustments are account-wide, so none count here."""
     return conn.execute(
@@ -1408,7 +1408,7 @@ def _client_totals(conn, provider, account, month, client):
 
 
 def _same_settlement(row, fields):
-    """Identical repeated evidence is a no-op (docs/design.md "Ceilings and settlement").
+    """Identical repeated evidence is a no-op (docs/architecture.md "Ceilings and settlement").
     ``NotSent.caller_cancelled`` is not stored, so two not-sent settlements always match."""
     return all(row[key] == value for key, value in fields.items())
 
@@ -1419,7 +1419,7 @@ def _clear_warm(conn, provider, name):
 
 def _write_warm(conn, row, usage, cert, hour_after_key, server_tools):
     """A one-hour write creates or extends the row (write arm); a read of exactly the stored stable
-    length extends it (read arm) (docs/design.md "Warm prefixes"). Times compare as parsed
+    length extends it (read arm) (docs/architecture.md "Warm prefixes"). Times compare as parsed
     datetimes."""
     created = selection.parse_time(row["created_at"])
     if created is None:
@@ -1480,7 +1480,7 @@ def _log_event(op, outcome, admission_wait_s, sqlite_wait_s=None):
 
 async def run_async(fn, *args, **kw):
     """Run a ledger call in a worker thread, waiting at most ``ADMISSION_TIMEOUT_S`` for the worker
-    to start (docs/design.md "Ledger"); ``ledger_busy`` otherwise. Once the worker has started the
+    to start (docs/architecture.md "Ledger"); ``ledger_busy`` otherwise. Once the worker has started the
     bound no longer applies: the call runs to its own SQLite bound and reports its real outcome, so
     a caller is never told a committed write failed."""
     loop = asyncio.get_running_loop()

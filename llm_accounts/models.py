@@ -2,7 +2,7 @@
 
 ``execute`` builds and freezes the request body, then runs the attempt loop. The decisions
 (reserve, sign, settle, move on) are ``routing.RoutedCall``'s; the unrouted path uses the same
-loop with ``UnroutedCall``, which touches no ledger (docs/design.md "Environment").
+loop with ``UnroutedCall``, which touches no ledger (docs/architecture.md "Environment").
 """
 
 import asyncio
@@ -44,7 +44,7 @@ class _Shared:
     def __init__(self, model_id, claude_model_id):
         self.model_id = model_id
         self.claude_model_id = claude_model_id
-        # The scope of prompts that have no llm conversation (docs/design.md "Scope").
+        # The scope of prompts that have no llm conversation (docs/architecture.md "Scope").
         self.instance_id = str(uuid.uuid4())
 
     def __str__(self):
@@ -279,7 +279,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                     end.again = False
                     wait = call.take_wait()
                     if wait:
-                        time.sleep(wait)  # a backoff or a cooldown, bounded (docs/design.md "Retries")
+                        time.sleep(wait)  # a backoff or a cooldown, bounded (docs/architecture.md "Retries")
         except AccountsError as error:
             end.fail(error)
 
@@ -503,7 +503,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
 async def _shielded(fn, *args):
     """Run a settlement in a worker, shielded from the caller's cancellation: an attempt's
-    outcome is recorded even when its caller gives up (docs/design.md "Attempt outcomes")."""
+    outcome is recorded even when its caller gives up (docs/architecture.md "Attempt outcomes")."""
     return await asyncio.shield(run_async(fn, *args))
 
 

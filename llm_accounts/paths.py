@@ -1,4 +1,4 @@
-"""Where the plugin's files live (docs/design.md "Environment")."""
+"""Where the plugin's files live (docs/architecture.md "Environment")."""
 
 import os
 import pathlib

@@ -100,7 +100,7 @@ def _mark_cache(body, tools, messages, system, ttl):
     """Mark the stable prefix (system, else the last tool) and the newest turn for caching.
 
     With ``1h`` the stable prefix gets the one-hour mark that warm-prefix routing keys on
-    (docs/design.md "Warm prefixes"); the newest turn always gets a five-minute mark, since one-hour
+    (docs/architecture.md "Warm prefixes"); the newest turn always gets a five-minute mark, since one-hour
     entries must precede five-minute ones.
     """
     stable = {"type": "ephemeral", "ttl": ttl} if ttl == "1h" else {"type": "ephemeral"}

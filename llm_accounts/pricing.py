@@ -155,7 +155,7 @@ class Quote:
     ceiling_nusd: int
     price_revision: str
     request_digest: str
-    cert: str | None = None  # warm-prefix certificate (docs/design.md "Warm prefixes")
+    cert: str | None = None  # warm-prefix certificate (docs/architecture.md "Warm prefixes")
     hour_after_key: bool = False
 
 
@@ -412,7 +412,7 @@ def _check_features(request, revision):
 
 
 def _warm_prefix(request, model_id):
-    """The warm-prefix certificate and hour_after_key (docs/design.md "Warm prefixes").
+    """The warm-prefix certificate and hour_after_key (docs/architecture.md "Warm prefixes").
 
     The key block is the last markable tools-tier or system-tier block whose cache_control asks
     for one hour. The certificate hashes the model id and the tools and system blocks up to and

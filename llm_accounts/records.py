@@ -1,4 +1,4 @@
-"""The ledger's records and the checks on every value it stores (docs/design.md "Ledger").
+"""The ledger's records and the checks on every value it stores (docs/architecture.md "Ledger").
 
 Scopes, reservations, the evidence a settlement carries and the status line of an account, with
 the validation each passes before it reaches SQLite. Errors name the field and the rule, never
@@ -13,13 +13,13 @@ from . import classify, health
 from .errors import AccountsError
 from .money import INT64_MAX
 
-# docs/design.md "Attempt outcomes"
+# docs/architecture.md "Attempt outcomes"
 OUTCOMES = frozenset(classify.OUTCOMES)
 # A documented 4xx or 529 refusal settles at zero with one of these.
 REFUSED_OUTCOMES = frozenset({"rate_limited", "overloaded", "auth_required", "request_rejected"})
 UNKNOWN_OUTCOMES = OUTCOMES - {"complete", "not_sent"}
 # The caller ended the request: says nothing about the account, so it keeps its warm prefixes
-# (docs/design.md "Warm prefixes").
+# (docs/architecture.md "Warm prefixes").
 CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
 # docs/errors.md "Rejection classes": the documented values, or "other".
 ERROR_TYPES = frozenset(classify.PROVIDER_ERROR_TYPES) | {"other"}
@@ -49,7 +49,7 @@ _SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
 @dataclasses.dataclass(frozen=True)
 class Scope:
     """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
-    ``("instance", <uuid>)`` for a prompt with no conversation (docs/design.md "Scope")."""
+    ``("instance", <uuid>)`` for a prompt with no conversation (docs/architecture.md "Scope")."""
 
     kind: str
     id: str
@@ -85,7 +85,7 @@ class Complete:
 class NotSent:
     """Proven never sent: settles at zero, outcome ``not_sent``. ``caller_cancelled`` is not stored;
     it only keeps a caller's own cancellation from clearing warm prefixes
-    (docs/design.md "Warm prefixes")."""
+    (docs/architecture.md "Warm prefixes")."""
 
     caller_cancelled: bool = False
 
@@ -106,7 +106,7 @@ class Refused:
 @dataclasses.dataclass(frozen=True)
 class Unknown:
     """No proof either way (5xx, broken stream, cancellation): the attempt stays open, keeping its
-    ceiling until reconciled (docs/design.md "Attempt outcomes")."""
+    ceiling until reconciled (docs/architecture.md "Attempt outcomes")."""
 
     outcome: str
     failure_class: str | None = None
@@ -115,7 +115,7 @@ class Unknown:
 
 @dataclasses.dataclass(frozen=True)
 class ClientCapStatus:
-    """One client's cap on one account this credit period (docs/design.md "Client caps").
+    """One client's cap on one account this credit period (docs/architecture.md "Client caps").
 
     ``committed_nusd`` is what admission compares with the cap: the client's settled costs plus
     its open ceilings on the account. Adjustments are account-wide and not in it."""
@@ -221,7 +221,7 @@ def check_scope(scope):
 
 def check_quote(quote):
     """A quote's validity is checked again inside admission: no integer ceiling, no send. An
-    unknown cost is never zero (docs/design.md "Attempt outcomes")."""
+    unknown cost is never zero (docs/architecture.md "Attempt outcomes")."""
     ceiling = getattr(quote, "ceiling_nusd", None)
     if isinstance(ceiling, bool) or not isinstance(ceiling, int) or not 0 <= ceiling <= INT64_MAX:
         raise AccountsError("unsupported_pricing", "the quote has no integer ceiling in nanodollars; nothing was sent")
@@ -265,7 +265,7 @@ def _check_account(account, field="account"):
 
 
 def client_caps(account):
-    """An account's ``(client label, monthly cap)`` pairs (docs/design.md "Client caps"); () for an
+    """An account's ``(client label, monthly cap)`` pairs (docs/architecture.md "Client caps"); () for an
     Account-like without them."""
     return getattr(account, "clients", ()) or ()
 

@@ -1,4 +1,4 @@
-"""Retries on the same account, and short cooldowns waited out (docs/design.md "Retries").
+"""Retries on the same account, and short cooldowns waited out (docs/architecture.md "Retries").
 
 Pure bookkeeping: how long to wait before the next try, or ``None`` when the call should give
 up. What may be retried at all is decided by ``routing``: only a refusal that proves nothing was

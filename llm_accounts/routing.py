@@ -3,12 +3,12 @@
 The I/O loops (sync and async HTTP) live in ``models.py``; this module holds the decisions, so
 both loops make the same ones:
 
-- every physical attempt reserves before it is sent and settles once (docs/design.md "Ceilings
+- every physical attempt reserves before it is sent and settles once (docs/architecture.md "Ceilings
   and settlement");
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
-  attempt as never sent without trying another account (docs/design.md "Key resolution");
+  attempt as never sent without trying another account (docs/architecture.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (docs/design.md "Failover").
+  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover").
 """
 
 import dataclasses
@@ -21,7 +21,7 @@ from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import INT64_MAX
 from .scrub import run_detector
 
-MAX_ACCOUNTS = 4  # the bound on moving on (docs/design.md "Failover")
+MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
 RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wait may cure
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
@@ -75,7 +75,7 @@ class RoutedCall:
 
         Returns None when the caller should wait ``take_wait()`` seconds and call again: a
         cooldown that ends within the retry wait bound, or a retry of the last account once a new
-        conversation has no other account to move on to (docs/design.md "Retries").
+        conversation has no other account to move on to (docs/architecture.md "Retries").
 
         After a new conversation moved on, a refusal to reserve another account raises the last
         attempt's real failure instead, naming the accounts tried (docs/errors.md "Move-on that
@@ -196,7 +196,7 @@ class RoutedCall:
 
     def _settle(self, attempt_id, evidence, outcome, cost):
         if isinstance(evidence, Complete):
-            # Warm-prefix evidence (docs/design.md "Warm prefixes"): only a complete settlement
+            # Warm-prefix evidence (docs/architecture.md "Warm prefixes"): only a complete settlement
             # writes it.
             self.ledger.settle(
                 attempt_id, evidence, cert=self.quote.cert, hour_after_key=self.quote.hour_after_key
@@ -363,7 +363,7 @@ class UnroutedCall:
 
 
 def scope_for(conversation, instance_id):
-    """docs/design.md "Scope": the llm conversation id, else a private id per model instance."""
+    """docs/architecture.md "Scope": the llm conversation id, else a private id per model instance."""
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
     return Scope("instance", instance_id)

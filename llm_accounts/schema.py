@@ -88,7 +88,7 @@ CREATE TABLE IF NOT EXISTS attempt (
 -- Admission reads the month row's running totals, not sums over attempts, so attempts carry no
 -- per-account index: each one is pages to journal and write on every reservation (bench/ledger.py).
 CREATE INDEX IF NOT EXISTS attempt_open ON attempt (state) WHERE state = 'open';
--- Per-client caps (docs/design.md "Client caps"): admission sums one client's attempts on one
+-- Per-client caps (docs/architecture.md "Client caps"): admission sums one client's attempts on one
 -- account in one credit period. Partial, so an attempt without a client label costs no index write.
 CREATE INDEX IF NOT EXISTS attempt_client ON attempt (provider, account, month_utc, client)
     WHERE client IS NOT NULL;

@@ -6,11 +6,11 @@ so what the ladder shows is what admission does. Storage stays in ``llm_accounts
 
 The ledger builds one ``Candidate`` per account that may take the attempt (declared, unblocked,
 not cooling, serves the model, has room) and binds the first of ``order(...)``. Order, first key
-first (docs/design.md "Selection"):
+first (docs/architecture.md "Selection"):
 
 1. ``rank`` ascending: the owner's ladder, lower ranks preferred;
 2. warm first: the account holds an unexpired ``warm_prefix`` row for the request's stable-prefix
-   certificate and stays within the 90% bound with this attempt (docs/design.md "Warm prefixes");
+   certificate and stays within the 90% bound with this attempt (docs/architecture.md "Warm prefixes");
 3. committed utilization ``(settled + adjustments + open ceilings) / (budget * weight)``
    ascending, compared by integer cross-multiplication, never floats ("furthest behind pace");
 4. distinct conversations with open attempts ascending;
@@ -84,7 +84,7 @@ def serves(account, model):
 
 def parse_time(value):
     """A stored time as an aware datetime, or ``None`` when it is not text, does not parse or has
-    no offset (docs/design.md "Warm prefixes": such a ``warm_prefix`` row counts as absent,
+    no offset (docs/architecture.md "Warm prefixes": such a ``warm_prefix`` row counts as absent,
     nothing refuses)."""
     if not isinstance(value, str):
         return None

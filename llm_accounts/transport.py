@@ -202,7 +202,7 @@ def describe_failure(error):
     """A ``TransportFailure`` for an httpx error; reads only types and errno numbers.
 
     ``never_sent`` is true only when httpx proves the request never left: the connection was not
-    established (docs/design.md "Failover").
+    established (docs/architecture.md "Failover").
     """
     never = isinstance(error, (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol))
     kind = None

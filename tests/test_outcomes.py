@@ -1,4 +1,4 @@
-"""Every attempt ends with its outcome recorded, on every path (docs/design.md "Attempt outcomes").
+"""Every attempt ends with its outcome recorded, on every path (docs/architecture.md "Attempt outcomes").
 
 A loopback server sends a scripted answer in pieces and can stall between them, so a test can
 stop or cancel the caller at each point: before the request is sent, while a non-200 body is

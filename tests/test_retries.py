@@ -1,4 +1,4 @@
-"""Retries on the same account, and short cooldowns waited out (docs/design.md "Retries").
+"""Retries on the same account, and short cooldowns waited out (docs/architecture.md "Retries").
 
 Prompts go through llm's CLI to the stand-in, whose per-key script answers each request in turn.
 Each retry is its own reserved and settled attempt, listed in ``llm logs``' routing object.
