@@ -97,7 +97,7 @@ def runs_of(secret, length=8):
 
 
 def assert_no_key_material(text, secret):
-    """Fail if ``text`` holds any 8-character run of ``secret`` (design.md "Testing")."""
+    """Fail if ``text`` holds any 8-character run of ``secret`` (architecture.md "Testing")."""
     found = [run for run in runs_of(secret) if run in text]
     assert not found, f"{len(found)} runs of the key found"
 

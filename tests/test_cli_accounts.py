@@ -1,4 +1,4 @@
-"""`llm accounts add / remove / list / lookup` (design.md "Commands", "Environment")."""
+"""`llm accounts add / remove / list / lookup` (architecture.md "Commands", "Environment")."""
 
 import json
 import stat

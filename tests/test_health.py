@@ -1,4 +1,4 @@
-"""The health state machine (design.md "Failure classes and health", ADR-0029 sections 3-5)."""
+"""The health state machine (architecture.md "Failure classes and health", ADR-0029 sections 3-5)."""
 
 import datetime as dt
 

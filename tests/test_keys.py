@@ -1,4 +1,4 @@
-"""Strict key resolution for one key_env (design.md "Key resolution", ADR-0126 D2)."""
+"""Strict key resolution for one key_env (architecture.md "Key resolution", ADR-0126 D2)."""
 
 import json
 import os

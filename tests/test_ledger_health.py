@@ -1,4 +1,4 @@
-"""Health and warm prefixes as the ledger records them (design.md "Failure classes and health";
+"""Health and warm prefixes as the ledger records them (architecture.md "Failure classes and health";
 ADR-0126 Amendment 5, Decisions 3-5)."""
 
 import datetime as dt
