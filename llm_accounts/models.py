@@ -125,6 +125,10 @@ class _Shared:
                     llm.ToolCall(tool_call_id=block.get("id"), name=block.get("name"), arguments=block.get("input") or {})
                 )
         set_usage(response, usage)
+        served = clean.get("model")
+        if isinstance(served, str) and call.revision_knows(served):
+            # Only a model the price revision names: never provider text of another shape.
+            response.set_resolved_model(served)
 
 
 def set_usage(response, usage):
@@ -522,5 +526,15 @@ def model_pairs(revision, default_model):
         if model.status == "retired":
             continue
         model_id = f"{ROUTED_ID}/{model.id}"
-        aliases = tuple(f"{ROUTED_ID}/{alias}" for alias in model.aliases)
+        names = [model.id, *model.aliases]
+        names += [dotted for dotted in map(dotted_alias, names) if dotted]
+        aliases = tuple(dict.fromkeys(f"{ROUTED_ID}/{name}" for name in names if name != model.id))
         yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), aliases
+
+
+def dotted_alias(model_id):
+    """The name people type for a versioned model, as llm-anthropic registers it:
+    ``claude-sonnet-4-6`` and ``claude-opus-4-1-20250805`` as ``claude-sonnet-4.6`` and
+    ``claude-opus-4.1``; None for an id without a minor version."""
+    match = re.fullmatch(r"(claude-[a-z]+-\d+)-(\d{1,2})(-\d{8})?", model_id)
+    return f"{match.group(1)}.{match.group(2)}" if match else None

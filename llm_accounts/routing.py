@@ -121,6 +121,9 @@ class RoutedCall:
         wait, self.pending_wait = self.pending_wait, None
         return wait
 
+    def revision_knows(self, model_id):
+        return self.revision.model(model_id) is not None
+
     def _wait_out(self, refusal):
         """Whether to wait and call begin() again instead of raising ``refusal``."""
         if refusal.retry_at is not None:
@@ -339,6 +342,9 @@ class UnroutedCall:
 
     def take_wait(self):
         return None
+
+    def revision_knows(self, model_id):
+        return pricing.current_revision().model(model_id) is not None
 
     def refused(self, attempt, status, info, retry_after_s=None):
         return AccountsError(
