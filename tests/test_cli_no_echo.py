@@ -1,6 +1,7 @@
 """No ``llm accounts`` error repeats an argument that could be a key: errors name the argument
 and the rule, and echo only values that matched a declaration or the ledger exactly."""
 
+import datetime as dt
 import json
 import secrets
 import string
@@ -10,6 +11,7 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from conftest import assert_no_key_material
+from llm_accounts import clock
 
 
 @pytest.fixture(autouse=True)
@@ -29,6 +31,10 @@ def name_shaped():
     """A run-time secret that passes the account-name rule: what a lowercase key could look like."""
     return "k" + "".join(secrets.choice(string.ascii_lowercase + string.digits) for _ in range(30))
 
+
+# A well-formed credit period from a fixed instant: each line is refused for its key-bearing
+# argument, whatever period it names, so no line depends on today's date.
+MONTH = clock.credit_month(dt.datetime(2027, 3, 10, tzinfo=dt.timezone.utc))
 
 COMMAND_LINES = [
     # Usage errors click would word with the value.
@@ -66,12 +72,12 @@ COMMAND_LINES = [
     ["accounts", "reconcile", "a1", "--cost", "{key}", "--source", "invoice"],
     ["accounts", "reconcile", "a1", "--cost", "0", "--source", "{key}"],
     ["accounts", "reconcile", "a1", "--cost", "0", "--source", "invoice", "--id", "{key}"],
-    ["accounts", "adjust", "{key}", "--month", "2026-11", "--delta", "1", "--source", "invoice"],
+    ["accounts", "adjust", "{key}", "--month", "{month}", "--delta", "1", "--source", "invoice"],
     ["accounts", "adjust", "work", "--month", "{key}", "--delta", "1", "--source", "invoice"],
-    ["accounts", "adjust", "work", "--month", "2026-11", "--delta", "{key}", "--source", "invoice"],
-    ["accounts", "adjust", "work", "--month", "2026-11", "--delta", "1", "--source", "{key}"],
-    ["accounts", "adjust", "work", "--month", "2026-11", "--delta", "1", "--source", "invoice", "--attempt", "{key}"],
-    ["accounts", "adjust", "work", "--month", "2026-11", "--delta", "1", "--source", "invoice", "--id", "{key}"],
+    ["accounts", "adjust", "work", "--month", "{month}", "--delta", "{key}", "--source", "invoice"],
+    ["accounts", "adjust", "work", "--month", "{month}", "--delta", "1", "--source", "{key}"],
+    ["accounts", "adjust", "work", "--month", "{month}", "--delta", "1", "--source", "invoice", "--attempt", "{key}"],
+    ["accounts", "adjust", "work", "--month", "{month}", "--delta", "1", "--source", "invoice", "--id", "{key}"],
     ["accounts", "rebind", "{key}", "work"],
     ["accounts", "rebind", "c1", "{key}"],
     ["accounts", "rebind", "c1", "work", "--source", "{key}"],
@@ -80,7 +86,7 @@ COMMAND_LINES = [
 
 @pytest.mark.parametrize("line", COMMAND_LINES, ids=lambda line: " ".join(line[1:3]))
 def test_no_error_repeats_a_key_given_as_an_argument(line, canary_key):
-    result = run(*(part.replace("{key}", canary_key) for part in line))
+    result = run(*(part.replace("{key}", canary_key).replace("{month}", MONTH) for part in line))
     assert result.exit_code != 0
     assert "Error:" in result.output
     assert_no_key_material(result.output, canary_key)
@@ -91,7 +97,7 @@ def test_no_error_repeats_a_key_given_as_an_argument(line, canary_key):
     [
         ["accounts", "block", "{name}"],
         ["accounts", "unblock", "{name}"],
-        ["accounts", "adjust", "{name}", "--month", "2026-11", "--delta", "1", "--source", "invoice"],
+        ["accounts", "adjust", "{name}", "--month", "{month}", "--delta", "1", "--source", "invoice"],
         ["accounts", "rebind", "c1", "{name}"],
         ["accounts", "refresh-models", "{name}"],
         ["accounts", "remove", "{name}"],

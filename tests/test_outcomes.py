@@ -68,16 +68,6 @@ def cancel_when_stalled(server, stream, *, prompt="hello"):
 # --- Cancellation at each point -------------------------------------------------------------------
 
 
-def test_an_async_401_cancelled_while_its_body_is_read_still_blocks(stalling, ledger_path):
-    body = error_json("authentication_error")
-    stalling.pieces = [head(401, "Unauthorized", "application/json", len(body)), body[:10], Stalling.STALL, body[10:]]
-    cancel_when_stalled(stalling, stream=False)
-    [row] = attempts(ledger_path)
-    assert row["outcome"] == "auth_required"
-    [h] = health(ledger_path)
-    assert (h["state"], h["failure_class"]) == ("failing", "auth")
-
-
 def test_an_async_429_cancelled_while_its_body_is_read_records_rate_limited(stalling, ledger_path):
     body = error_json("rate_limit_error")
     stalling.pieces = [head(429, "Too Many Requests", "application/json", len(body)), Stalling.STALL, body]
@@ -85,20 +75,6 @@ def test_an_async_429_cancelled_while_its_body_is_read_records_rate_limited(stal
     [row] = attempts(ledger_path)
     assert row["outcome"] == "rate_limited"
     assert row["http_status"] == 429
-
-
-@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_an_async_200_cancelled_while_its_body_is_read_stays_open_as_cancelled(stalling, ledger_path, stream):
-    if stream:
-        data = sse(text_stream())
-        stalling.pieces = [head(200, "OK", "text/event-stream"), data[:200], Stalling.STALL, data[200:]]
-    else:
-        data = json.dumps(message([{"type": "text", "text": "Hello."}])).encode()
-        stalling.pieces = [head(200, "OK", "application/json", len(data)), data[:20], Stalling.STALL, data[20:]]
-    cancel_when_stalled(stalling, stream=stream)
-    [row] = attempts(ledger_path)
-    assert (row["state"], row["outcome"]) == ("open", "cancelled")
-    assert row["ceiling_nusd"] > 0
 
 
 def test_an_async_prompt_cancelled_before_its_request_is_sent_settles_as_not_sent(stalling, ledger_path, monkeypatch):
@@ -150,10 +126,24 @@ def interrupt_when_stalled(server, stream):
     server.release.set()
 
 
-def test_a_sync_401_interrupted_while_its_body_is_read_still_blocks(stalling, ledger_path):
+# The caller gives up while a body is read: an async task cancelled, or Ctrl-C in a sync call.
+STOPS = {"async-cancel": cancel_when_stalled, "sync-ctrl-c": interrupt_when_stalled}
+
+
+def stalled_200(stream):
+    """An answer that stalls partway through its body."""
+    if stream:
+        data = sse(text_stream())
+        return [head(200, "OK", "text/event-stream"), data[:200], Stalling.STALL, data[200:]]
+    data = json.dumps(message([{"type": "text", "text": "Hello."}])).encode()
+    return [head(200, "OK", "application/json", len(data)), data[:20], Stalling.STALL, data[20:]]
+
+
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_401_stopped_while_its_body_is_read_still_blocks(stalling, ledger_path, stop):
     body = error_json("authentication_error")
     stalling.pieces = [head(401, "Unauthorized", "application/json", len(body)), body[:10], Stalling.STALL, body[10:]]
-    interrupt_when_stalled(stalling, stream=False)
+    STOPS[stop](stalling, stream=False)
     [row] = attempts(ledger_path)
     assert row["outcome"] == "auth_required"
     [h] = health(ledger_path)
@@ -161,16 +151,13 @@ def test_a_sync_401_interrupted_while_its_body_is_read_still_blocks(stalling, le
 
 
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
-def test_a_sync_200_interrupted_while_its_body_is_read_stays_open_as_cancelled(stalling, ledger_path, stream):
-    if stream:
-        data = sse(text_stream())
-        stalling.pieces = [head(200, "OK", "text/event-stream"), data[:200], Stalling.STALL, data[200:]]
-    else:
-        data = json.dumps(message([{"type": "text", "text": "Hello."}])).encode()
-        stalling.pieces = [head(200, "OK", "application/json", len(data)), data[:20], Stalling.STALL, data[20:]]
-    interrupt_when_stalled(stalling, stream=stream)
+@pytest.mark.parametrize("stop", sorted(STOPS))
+def test_a_200_stopped_while_its_body_is_read_stays_open_as_cancelled(stalling, ledger_path, stop, stream):
+    stalling.pieces = stalled_200(stream)
+    STOPS[stop](stalling, stream=stream)
     [row] = attempts(ledger_path)
     assert (row["state"], row["outcome"]) == ("open", "cancelled")
+    assert row["ceiling_nusd"] > 0
 
 
 def test_a_sync_whole_answer_whose_consumer_stops_after_one_chunk_is_settled(stalling, ledger_path):

@@ -110,14 +110,18 @@ def test_a_new_conversation_moves_on_before_it_retries(accounts, ledger_path):
     assert rows[2]["account"] == second and rows[2]["outcome"] == "complete"  # then retried there
 
 
-def test_a_bound_conversation_waits_out_a_short_cooldown_instead_of_refusing(bound, ledger_path, accounts):
-    account, standin = bound
-    # Another process's attempt on the same account was just rate limited, asking for 1 s.
+def rate_limit_elsewhere(account, retry_after_s):
+    """Another conversation's attempt on ``account`` is refused with a 429 asking for a wait."""
     work = Account(account, f"{account.upper()}_KEY", 20 * NANO)
     quote = Quote("claude-haiku-4-5", NANO // 100, "2026-11-29", "ab" * 32)
     with Ledger() as ledger:
         ledger.reserve(Scope("conversation", "elsewhere"), "other", quote, [work], pinned=account)
-        ledger.settle("other", Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited", 1))
+        ledger.settle("other", Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited", retry_after_s))
+
+
+def test_a_bound_conversation_waits_out_a_short_cooldown_instead_of_refusing(bound, ledger_path, accounts):
+    account, standin = bound
+    rate_limit_elsewhere(account, retry_after_s=1)  # another process's attempt, just now
     result = llm_cli("-c", "second turn")
     assert result.exit_code == 0, result.output
     assert attempts(ledger_path)[-1]["outcome"] == "complete"
@@ -125,11 +129,7 @@ def test_a_bound_conversation_waits_out_a_short_cooldown_instead_of_refusing(bou
 
 def test_with_retries_off_a_cooling_bound_conversation_refuses(bound, ledger_path):
     account, _ = bound
-    work = Account(account, f"{account.upper()}_KEY", 20 * NANO)
-    quote = Quote("claude-haiku-4-5", NANO // 100, "2026-11-29", "ab" * 32)
-    with Ledger() as ledger:
-        ledger.reserve(Scope("conversation", "elsewhere"), "other", quote, [work], pinned=account)
-        ledger.settle("other", Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited", 30))
+    rate_limit_elsewhere(account, retry_after_s=30)
     result = llm_cli("-c", "-o", "retries", "0", "second turn")
     assert result.exit_code == 1
     assert f"account '{account}' is failing (rate_limited); cooling until" in result.output
