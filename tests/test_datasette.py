@@ -314,14 +314,16 @@ async def test_datasette_registers_every_query_as_read_only(ds):
 @pytest.mark.asyncio
 async def test_spend_by_month_shows_exact_dollars_per_account_and_period(ds):
     result = await rows(ds, "spend_by_month")
+    period = clock.credit_month(NOW)  # the fixed instant the ledger is built around
+    previous = clock.credit_month(clock.credit_period(period)[0] - DAY)
     columns = ("account", "credit_period", "budget_usd", "settled_usd", "open_ceilings_usd", "remaining_usd", "utilization_percent")
     assert [money(row, *columns) for row in result] == [
-        ("alpha", "2026-11", "50.000000000", "4.000000001", "2.000000000", "43.999999999", 12.0),
-        ("beta", "2026-11", "20.000000000", "19.750000000", "0.250000000", "0.000000000", 100.0),
-        ("delta", "2026-11", "5.000000000", "5.500000000", "0.000000000", "-0.500000000", 110.0),
-        ("gamma", "2026-11", "100.000000000", "0.000000001", "0.000000000", "99.999999999", 0.0),
-        ("alpha", "2026-10", "40.000000000", "30.123456789", "0.000000000", "9.876543211", 75.31),
-        ("omega", "2026-10", "15.000000000", "2.000000000", "0.000000000", "13.000000000", 13.33),
+        ("alpha", period, "50.000000000", "4.000000001", "2.000000000", "43.999999999", 12.0),
+        ("beta", period, "20.000000000", "19.750000000", "0.250000000", "0.000000000", 100.0),
+        ("delta", period, "5.000000000", "5.500000000", "0.000000000", "-0.500000000", 110.0),
+        ("gamma", period, "100.000000000", "0.000000001", "0.000000000", "99.999999999", 0.0),
+        ("alpha", previous, "40.000000000", "30.123456789", "0.000000000", "9.876543211", 75.31),
+        ("omega", previous, "15.000000000", "2.000000000", "0.000000000", "13.000000000", 13.33),
     ]
 
 
