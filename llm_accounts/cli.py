@@ -282,8 +282,9 @@ def _warn_if_overridden():
     "client_caps",
     "--client-cap",
     multiple=True,
-    metavar="LABEL=USD",
-    help="Monthly dollar cap on this account for one client label (repeatable)",
+    metavar="LABEL=USD|LABEL=<N>tokens",
+    help="Monthly cap on this account for one client label, in dollars (ci-bot=5.00) or billed tokens "
+    "(ci-bot=2000000tokens); repeatable, and one of each gives a client both caps",
 )
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
 @click.option("--replace", is_flag=True, help="Change an existing account of this name")
@@ -294,7 +295,8 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     (environment, .env, 'llm keys set KEY_ENV', or the lookup command).
 
     A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
-    what that client may spend on this account each credit period.
+    what that client may spend on this account each credit period, in dollars (LABEL=USD) or
+    in billed tokens (LABEL=<N>tokens: input, cache writes, cache reads and output), or both.
 
     The first attempt of a credit period fixes the account's monthly budget and key_env until
     the period ends, so --replace with another --budget is refused while this period holds a
@@ -306,7 +308,8 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00
         llm keys set WORK_ANTHROPIC_KEY
         llm accounts add shared --key-env SHARED_KEY --budget 20.00 \\
-          --client-cap ci-bot=5.00 --client-cap alice=10.00 --clients-only
+          --client-cap ci-bot=5.00 --client-cap ci-bot=2000000tokens \\
+          --client-cap alice=10.00 --clients-only
     """
     from .declarations import account_from_options, add_account, usd_text
     from .errors import AccountsError
@@ -321,8 +324,9 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         fail(error)
     daily = f", ${usd_text(account.daily_budget_nusd)} a day" if account.daily_budget_nusd else ""
     caps = ""
-    if account.clients:
-        caps = f", {len(account.clients)} client cap{'s' if len(account.clients) != 1 else ''}"
+    count = len(account.clients) + len(account.client_tokens)
+    if count:
+        caps = f", {count} client cap{'s' if count != 1 else ''}"
         caps += " (listed clients only)" if account.clients_only else ""
     click.echo(
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
@@ -380,6 +384,18 @@ def _source_text(declaration):
     return None
 
 
+def _clients_json(account):
+    """``llm accounts list --json``'s caps of one account: per client, its dollar and token caps."""
+    from .declarations import usd_text
+
+    clients = {}
+    for label, cap in account.clients:
+        clients.setdefault(label, {}).update(budget_usd=usd_text(cap), budget_nusd=cap)
+    for label, cap in account.client_tokens:
+        clients.setdefault(label, {})["tokens"] = cap
+    return dict(sorted(clients.items()))
+
+
 @accounts.command(name="list")
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
 def list_(json_):
@@ -417,9 +433,7 @@ def list_(json_):
                         "rank": a.rank,
                         "weight": a.weight,
                         "models": list(a.models) if a.models is not None else None,
-                        "clients": {
-                            label: {"budget_usd": usd_text(cap), "budget_nusd": cap} for label, cap in a.clients
-                        },
+                        "clients": _clients_json(a),
                         "clients_only": a.clients_only,
                     }
                     for a in declaration.accounts
@@ -434,10 +448,13 @@ def list_(json_):
             click.echo(f"([] is declared by {source})")
         return
     # The client caps column (docs/architecture.md "Client caps") appears once any account declares caps.
-    capped = any(a.clients for a in declaration.accounts)
+    capped = any(a.clients or a.client_tokens for a in declaration.accounts)
     rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models") + (("client caps",) if capped else ())]
     for a in declaration.accounts:
-        caps = ", ".join(f"{label} ${usd_text(cap)}" for label, cap in a.clients) or "-"
+        caps = ", ".join(
+            [f"{label} ${usd_text(cap)}" for label, cap in a.clients]
+            + [f"{label} {cap:,} tokens" for label, cap in a.client_tokens]
+        ) or "-"
         if a.clients_only:
             caps += " (only these)"
         rows.append(
@@ -705,11 +722,18 @@ def status(json_):
         if line.open_attempts:
             notes.append(f"{line.open_attempts} open")
         if line.client_caps:
-            full = sum(1 for cap in line.client_caps if cap.remaining_nusd <= 0)
+            full = sum(
+                1 for cap in line.client_caps
+                if (cap.remaining_nusd is not None and cap.remaining_nusd <= 0)
+                or (cap.tokens_remaining is not None and cap.tokens_remaining <= 0)
+            )
             notes.append(
                 f"{len(line.client_caps)} client cap{'s' if len(line.client_caps) != 1 else ''}"
                 + (f" ({full} reached)" if full else "")
             )
+        for cap in line.client_caps:
+            if cap.token_cap is not None:
+                notes.append(f"{cap.client} {cap.tokens_committed:,} of {cap.token_cap:,} tokens")
         if line.clients_only:
             notes.append("listed clients only")
         for model, until in line.model_cooldowns:

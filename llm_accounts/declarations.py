@@ -27,7 +27,7 @@ except ImportError:  # Windows
     fcntl = None
 
 from .errors import AccountsError
-from .money import NANO, parse_usd
+from .money import INT64_MAX, NANO, parse_usd
 
 VARIABLE = "ANTHROPIC_ACCOUNTS"
 ACCOUNTS_FILE = "accounts.json"
@@ -42,7 +42,7 @@ MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 # The ledger's rule for the attempt's client label (llm_accounts.records.CLIENT_RE), so every label
 # a cap names can be the one a caller sets with -o client or LLM_ACCOUNTS_CLIENT.
 CLIENT_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@/-]{0,63}")
-CLIENT_FIELDS = ("budget_usd",)
+CLIENT_FIELDS = ("budget_usd", "tokens")
 FIELDS = (
     "name",
     "key_env",
@@ -75,9 +75,12 @@ class Account:
     models: tuple[str, ...] | None = None  # None: every priced model
     # Per-client caps (docs/architecture.md "Client caps"): ((client label, monthly cap in nanodollars),
     # ...) sorted by label, a tuple so the account stays hashable. With clients_only, only these
-    # clients may use it.
+    # clients (and those in client_tokens) may use it.
     clients: tuple[tuple[str, int], ...] = ()
     clients_only: bool = False
+    # Per-client token caps: ((client label, monthly cap in billed tokens), ...) sorted by label. A
+    # client may have a dollar cap, a token cap or both.
+    client_tokens: tuple[tuple[str, int], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -233,29 +236,41 @@ def _client_label(label, field):
     return label
 
 
+def _client_tokens(value, field):
+    """A token cap: a JSON integer, not a string, float or boolean (a count, like ``rank``)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= INT64_MAX:
+        raise invalid(
+            f"{field}: must be a whole number of tokens from 1 to 2**63-1 written as a JSON integer, such as 2000000"
+        )
+    return value
+
+
 def _clients(value, field):
-    """Per-client caps: ``{"<client label>": {"budget_usd": "5.00"}, ...}`` (docs/architecture.md "Client
-    caps").
+    """Per-client caps: ``{"<client label>": {"budget_usd": "5.00", "tokens": 2000000}, ...}``, either
+    or both (docs/architecture.md "Client caps"). Returns ``(dollar caps, token caps)``.
 
     Entries are named by position in errors (``clients.<entry 1>``), never by their label.
     """
-    example = '{"ci-bot": {"budget_usd": "5.00"}}'
+    example = '{"ci-bot": {"budget_usd": "5.00", "tokens": 2000000}}'
     if not isinstance(value, dict):
         raise invalid(f"{field}: must be an object mapping client labels to caps, such as {example}")
     if not value:
         raise invalid(f"{field}: must name at least one client; leave it out for no client caps")
-    caps = []
+    caps, token_caps = [], []
     for number, (label, cap) in enumerate(value.items(), start=1):
         entry = f"{field}.<entry {number}>"
         _client_label(label, entry)
         if not isinstance(cap, dict):
-            raise invalid(f'{entry}: must be an object such as {{"budget_usd": "5.00"}}')
+            raise invalid(f'{entry}: must be an object such as {{"budget_usd": "5.00"}} or {{"tokens": 2000000}}')
         if any(key not in CLIENT_FIELDS for key in cap):
             raise invalid(f"{entry}: unknown field; allowed fields are {', '.join(CLIENT_FIELDS)}")
-        if "budget_usd" not in cap:
-            raise invalid(f"{entry}.budget_usd: is required")
-        caps.append((label, parse_usd(cap["budget_usd"], f"{entry}.budget_usd")))
-    return tuple(sorted(caps))
+        if not cap:
+            raise invalid(f"{entry}.budget_usd: is required unless tokens is given (either or both)")
+        if "budget_usd" in cap:
+            caps.append((label, parse_usd(cap["budget_usd"], f"{entry}.budget_usd")))
+        if "tokens" in cap:
+            token_caps.append((label, _client_tokens(cap["tokens"], f"{entry}.tokens")))
+    return tuple(sorted(caps)), tuple(sorted(token_caps))
 
 
 def _clients_only(value, field, clients):
@@ -279,7 +294,7 @@ def parse_account(item, field):
         if required not in item:
             raise invalid(f"{field(required)}: is required")
     daily = item.get("daily_budget_usd")
-    clients = _clients(item["clients"], field("clients")) if "clients" in item else ()
+    clients, client_tokens = _clients(item["clients"], field("clients")) if "clients" in item else ((), ())
     return Account(
         name=_name(item["name"], field("name")),
         key_env=_key_env(item["key_env"], field("key_env")),
@@ -291,7 +306,8 @@ def parse_account(item, field):
         weight=_integer(item.get("weight", 1), field("weight"), 1, MAX_WEIGHT, 2),
         models=_models(item["models"], field("models")) if "models" in item else None,
         clients=clients,
-        clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients),
+        clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients or client_tokens),
+        client_tokens=client_tokens,
     )
 
 
@@ -352,8 +368,9 @@ def account_from_options(
 ):
     """Build an account from ``llm accounts add``'s text options; errors name the option.
 
-    ``client_caps`` are ``LABEL=USD`` texts (``--client-cap``, repeatable); ``--client-cap
-    <entry N>`` names a bad one by position, never by its text.
+    ``client_caps`` are ``LABEL=USD`` or ``LABEL=<N>tokens`` texts (``--client-cap``, repeatable;
+    one of each kind per client gives it both caps); ``--client-cap <entry N>`` names a bad one by
+    position, never by its text.
     """
 
     def whole(text, option, minimum, maximum, example):
@@ -375,24 +392,32 @@ def account_from_options(
             raise invalid(f"{option}: give the amount without '$', such as 12.50")
 
     def caps():
-        found = {}
+        found, tokens = {}, {}
         for number, text in enumerate(client_caps, start=1):
             option = f"--client-cap <entry {number}>"
             label, equals, amount = text.partition("=") if isinstance(text, str) else ("", "", "")
             if not equals:
-                raise invalid(f"{option}: must be LABEL=USD, such as ci-bot=5.00")
+                raise invalid(f"{option}: must be LABEL=USD or LABEL=<N>tokens, such as ci-bot=5.00 or ci-bot=2000000tokens")
             _client_label(label, option)
+            if amount.endswith("tokens"):
+                count = amount[: -len("tokens")]
+                if not re.fullmatch(r"[0-9]{1,19}", count):
+                    raise invalid(f"{option}: a token cap must be LABEL=<N>tokens with N a whole number, such as ci-bot=2000000tokens")
+                if label in tokens:
+                    raise invalid(f"{option}: repeats an earlier client's token cap; give each client one token cap")
+                tokens[label] = _client_tokens(int(count), option)
+                continue
             if label in found:
-                raise invalid(f"{option}: repeats an earlier client; give each client one cap")
+                raise invalid(f"{option}: repeats an earlier client's dollar cap; give each client one dollar cap")
             slips(amount, option)
             found[label] = parse_usd(amount, option)
-        if clients_only and not found:
+        if clients_only and not (found or tokens):
             raise invalid("--clients-only: needs at least one --client-cap naming a client it serves")
-        return tuple(sorted(found.items()))
+        return tuple(sorted(found.items())), tuple(sorted(tokens.items()))
 
     for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
         slips(text, option)
-    return Account(
+    fields = dict(
         name=_name(name, "NAME"),
         key_env=_key_env(key_env, "--key-env"),
         budget_nusd=parse_usd(budget, "--budget"),
@@ -402,9 +427,9 @@ def account_from_options(
         rank=whole(rank, "--rank", 0, MAX_RANK, 1),
         weight=whole(weight, "--weight", 1, MAX_WEIGHT, 2),
         models=_models(list(models), "--model") if models else None,
-        clients=caps(),
-        clients_only=bool(clients_only),
     )
+    dollar_caps, token_caps = caps()
+    return Account(**fields, clients=dollar_caps, clients_only=bool(clients_only), client_tokens=token_caps)
 
 
 def parse_lookup(value, root="lookup", where=" in accounts.json"):
@@ -639,8 +664,13 @@ def account_to_json(account):
         data["weight"] = account.weight
     if account.models is not None:
         data["models"] = list(account.models)
-    if account.clients:
-        data["clients"] = {label: {"budget_usd": usd_text(cap)} for label, cap in account.clients}
+    if account.clients or account.client_tokens:
+        clients = {}
+        for label, cap in account.clients:
+            clients.setdefault(label, {})["budget_usd"] = usd_text(cap)
+        for label, cap in account.client_tokens:
+            clients.setdefault(label, {})["tokens"] = cap
+        data["clients"] = dict(sorted(clients.items()))
     if account.clients_only:
         data["clients_only"] = True
     return data

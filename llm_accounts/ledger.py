@@ -13,8 +13,8 @@ Money is integer nanodollars. Each ``month`` row keeps running totals of its att
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
 changes an attempt, so admission reads one row per account instead of summing the month;
 ``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
-A client's cap on an account (docs/architecture.md "Client caps") is checked by summing that client's
-attempts in the same transaction, on the partial ``attempt_client`` index.
+A client's cap on an account (docs/architecture.md "Client caps"), in dollars or tokens, is checked by
+summing that client's attempts in the same transaction, on the partial ``attempt_client`` index.
 
 Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
 header, key, key length or fingerprint.
@@ -58,8 +58,10 @@ from .records import (  # the records are part of the ledger's API
     check_scope,
     check_source,
     clean_usage,
+    billed_tokens,
+    capped_clients,
     client_cap,
-    client_caps,
+    client_token_cap,
     clients_only,
     declared_accounts,
     invalid,
@@ -554,12 +556,13 @@ class Ledger:
         day_totals = (0, 0)
         if getattr(account, "daily_budget_nusd", None) is not None:
             day_totals = self._day_totals(conn, provider, f, day)
-        client_totals = (0, 0)
-        if client_cap(account, client) is not None:
-            client_totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
+        totals = (0, 0, 0, 0)
+        if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
+            totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
         return selection.verdict(
             account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
-            others=facts.values(), day_totals=day_totals, client_totals=client_totals,
+            others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
+            ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
         )
 
     def _day_totals(self, conn, provider, f, day):
@@ -655,10 +658,12 @@ class Ledger:
             )
         conn.execute(
             """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
-               price_revision, requested_model, request_digest, client, llm_response_id, state, created_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?)""",
+               price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
+               ceiling_tokens)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?)""",
             (attempt_id, scope.kind, scope.id, provider, name, month, day, ceiling, quote.price_revision,
-             quote.requested_model, quote.request_digest, client, llm_response_id, ts),
+             quote.requested_model, quote.request_digest, client, llm_response_id, ts,
+             getattr(quote, "ceiling_tokens", None)),
         )
         if new_binding:
             conn.execute(
@@ -745,12 +750,14 @@ class Ledger:
             """UPDATE attempt SET state = 'settled', settled_at = :ts, outcome = :outcome, cost_nusd = :cost_nusd,
                  served_model = :served_model, usage_json = :usage_json, request_id = :request_id,
                  http_status = :http_status, provider_error_type = :provider_error_type,
-                 rejection_class = :rejection_class, failure_class = :failure_class
+                 rejection_class = :rejection_class, failure_class = :failure_class, tokens = :tokens
                WHERE id = :id""",
             {
                 "served_model": None, "usage_json": None, "request_id": None, "http_status": None,
                 "provider_error_type": None, "rejection_class": None, "failure_class": None,
                 **fields, "ts": ts, "id": attempt_id,
+                # Billed tokens for client token caps; a refusal or a never-sent attempt billed none.
+                "tokens": billed_tokens(clean_usage(evidence.usage)) if isinstance(evidence, Complete) else 0,
             },
         )
         _move_to_settled(conn, row, cost)
@@ -931,7 +938,9 @@ class Ledger:
                 raise invalid("cost", "would take the month's total past signed 64-bit nanodollars")
             ts = clock.isoformat(now or clock.now())
             conn.execute(
-                "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ? WHERE id = ?", (cost_nusd, ts, attempt_id)
+                # A sourced cost says nothing of tokens: the token ceiling stays counted (unknown is never zero).
+                "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ?, tokens = ceiling_tokens WHERE id = ?",
+                (cost_nusd, ts, attempt_id),
             )
             _move_to_settled(conn, row, cost_nusd)
             conn.execute(
@@ -1144,15 +1153,14 @@ class Ledger:
         )
         names = list(declared) + sorted(set(facts) - set(declared))
         by_client = {}
-        if any(client_caps(account) for account in declared.values()):
-            for account_name, client, settled, open_ in conn.execute(
-                """SELECT account, client, COALESCE(SUM(cost_nusd), 0),
-                     COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+        if any(capped_clients(account) for account in declared.values()):
+            for row in conn.execute(
+                f"""SELECT account, client, {_CLIENT_SUMS}
                    FROM attempt WHERE provider = ? AND month_utc = ? AND client IS NOT NULL
                    GROUP BY account, client""",
                 (provider, month),
             ):
-                by_client[account_name, client] = (settled, open_)
+                by_client[row[0], row[1]] = tuple(row[2:])
         lines = []
         for name in names:
             account, f = declared.get(name), facts.get(name) or selection.Facts(name=name)
@@ -1197,8 +1205,11 @@ class Ledger:
                     blocked_at=f.blocked_at,
                     config_conflict=conflict,
                     client_caps=tuple(
-                        _client_cap_status(label, cap, *by_client.get((name, label), (0, 0)))
-                        for label, cap in client_caps(account)
+                        _client_cap_status(
+                            label, client_cap(account, label), client_token_cap(account, label),
+                            *by_client.get((name, label), (0, 0, 0, 0)),
+                        )
+                        for label in capped_clients(account)
                     ),
                     clients_only=bool(clients_only(account)),
                     model_cooldowns=tuple(cooling_models.get(name, ())),
@@ -1385,23 +1396,36 @@ def _unbilled(conn, scope):
     return row[0] == 0
 
 
-def _client_cap_status(client, cap, settled, open_):
+def _client_cap_status(client, cap, token_cap, settled, open_, tokens_used, tokens_open):
     return ClientCapStatus(
         client=client,
         cap_nusd=cap,
         settled_nusd=settled,
         open_ceiling_nusd=open_,
         committed_nusd=settled + open_,
-        remaining_nusd=cap - settled - open_,
+        remaining_nusd=None if cap is None else cap - settled - open_,
+        token_cap=token_cap,
+        tokens_used=tokens_used,
+        tokens_open=tokens_open,
+        tokens_committed=tokens_used + tokens_open,
+        tokens_remaining=None if token_cap is None else token_cap - tokens_used - tokens_open,
     )
 
 
+# A client's settled costs, open ceilings, settled tokens and open token ceilings, in one pass.
+_CLIENT_SUMS = """COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0),
+       COALESCE(SUM(CASE WHEN state = 'settled' THEN tokens END), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_tokens END), 0)"""
+
+
 def _client_totals(conn, provider, account, month, client):
-    """Per-client caps (docs/architecture.md "Client caps"): ``(settled costs, open ceilings)`` of
-    ``client``'s attempts on ``account`` in credit period ``month``, in one statement on the
-    ``attempt_client`` index. Adjustments are account-wide, so none count here."""
+    """Per-client caps (docs/architecture.md "Client caps"): ``(settled costs, open ceilings, settled
+    tokens, open token ceilings)`` of ``client``'s attempts on ``account`` in credit period
+    ``month``, in one statement on the ``attempt_client`` index. Adjustments are account-wide and
+    in dollars, so none count here. A client's attempts on one account in one period are few next
+    to the month's, so summing them is cheap and cannot drift from the rows (bench/ledger.py)."""
     return conn.execute(
-        """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+        f"""SELECT {_CLIENT_SUMS}
            FROM attempt WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?""",
         (provider, account, month, client),
     ).fetchone()

@@ -157,6 +157,9 @@ class Quote:
     request_digest: str
     cert: str | None = None  # warm-prefix certificate (docs/architecture.md "Warm prefixes")
     hour_after_key: bool = False
+    # The worst case in billed tokens, for client token caps (docs/architecture.md "Client caps"):
+    # the same input window the dollar ceiling prices (the model's context window) plus max_tokens.
+    ceiling_tokens: int | None = None
 
 
 # Loading revisions ---------------------------------------------------------------------------
@@ -484,6 +487,7 @@ def quote(body, revision=None):
         request_digest=hashlib.sha256(bytes(body)).hexdigest(),
         cert=cert,
         hour_after_key=hour_after_key,
+        ceiling_tokens=price.context_window + max_tokens,
     )
 
 

@@ -118,14 +118,22 @@ class ClientCapStatus:
     """One client's cap on one account this credit period (docs/architecture.md "Client caps").
 
     ``committed_nusd`` is what admission compares with the cap: the client's settled costs plus
-    its open ceilings on the account. Adjustments are account-wide and not in it."""
+    its open ceilings on the account. Adjustments are account-wide and not in it. The token
+    figures are the same for billed tokens (input, cache writes, cache reads, output): settled
+    attempts' tokens plus open attempts' token ceilings. A cap the account does not set is None,
+    and so is its remaining room."""
 
     client: str
-    cap_nusd: int
+    cap_nusd: int | None
     settled_nusd: int
     open_ceiling_nusd: int
     committed_nusd: int
-    remaining_nusd: int
+    remaining_nusd: int | None
+    token_cap: int | None = None
+    tokens_used: int = 0
+    tokens_open: int = 0
+    tokens_committed: int = 0
+    tokens_remaining: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,6 +244,9 @@ def check_quote(quote):
     cert = getattr(quote, "cert", None)
     if cert is not None:
         check_id(cert, "quote.cert")
+    tokens_ = getattr(quote, "ceiling_tokens", None)
+    if tokens_ is not None and (isinstance(tokens_, bool) or not isinstance(tokens_, int) or not 0 <= tokens_ <= INT64_MAX):
+        raise AccountsError("unsupported_pricing", "quote.ceiling_tokens: must be an integer number of tokens; nothing was sent")
     return quote
 
 
@@ -259,6 +270,15 @@ def _check_account(account, field="account"):
         check_int(cap, f"{name}.clients", minimum=1)
     if len({label for label, _ in caps}) != len(caps):
         raise invalid(f"{name}.clients", "names a client twice")
+    token_caps = client_token_caps(account)
+    if not isinstance(token_caps, tuple) or not all(isinstance(cap, tuple) and len(cap) == 2 for cap in token_caps):
+        raise invalid(f"{name}.client_tokens", "must be a tuple of (client label, cap in tokens) pairs")
+    for label, cap in token_caps:
+        check_pattern(label, CLIENT_RE, f"{name}.client_tokens", "client labels must be 1-64 letters, digits, '_', '.', ':', '@', '/' or '-'")
+        if isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= INT64_MAX:
+            raise invalid(f"{name}.client_tokens", "a token cap must be an integer from 1 to 2**63-1")
+    if len({label for label, _ in token_caps}) != len(token_caps):
+        raise invalid(f"{name}.client_tokens", "names a client twice")
     if not isinstance(clients_only(account), bool):
         raise invalid(f"{name}.clients_only", "must be True or False")
     return account
@@ -280,6 +300,38 @@ def client_cap(account, client):
     if client is None:
         return None
     return dict(client_caps(account)).get(client)
+
+
+def client_token_caps(account):
+    """An account's ``(client label, monthly cap in billed tokens)`` pairs; () without them."""
+    return getattr(account, "client_tokens", ()) or ()
+
+
+def client_token_cap(account, client):
+    """The monthly token cap ``account`` sets for ``client``, or None."""
+    if client is None:
+        return None
+    return dict(client_token_caps(account)).get(client)
+
+
+def capped_clients(account):
+    """Every client label ``account`` caps in dollars or tokens, sorted: the clients a
+    ``clients_only`` account serves."""
+    return tuple(sorted({label for label, _ in client_caps(account)} | {label for label, _ in client_token_caps(account)}))
+
+
+def lists_client(account, client):
+    """Whether ``account`` names ``client`` in its caps (either kind)."""
+    return client is not None and client in capped_clients(account)
+
+
+def billed_tokens(usage):
+    """Every token the provider bills in ``usage``: input, cache writes, cache reads and output
+    (docs/architecture.md "Client caps")."""
+    return sum(
+        tokens(usage, key)
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+    )
 
 
 _VALID_ACCOUNTS = {}

@@ -163,6 +163,12 @@ COLUMNS = [
     ("month", "day_open_nusd", "INTEGER NOT NULL DEFAULT 0"),
     # A run of transport failures still below the three that start a dwell (llm_accounts.health).
     ("health", "transport_failures", "INTEGER NOT NULL DEFAULT 0"),
+    # Client token caps (docs/architecture.md "Client caps"): the attempt's worst case in billed
+    # tokens, reserved like its dollar ceiling (NULL when its quote carried none), and the tokens
+    # its settlement billed (input, cache writes, cache reads, output; NULL while open). A client's
+    # tokens are summed on the partial attempt_client index, in the admission transaction.
+    ("attempt", "ceiling_tokens", "INTEGER CHECK (ceiling_tokens IS NULL OR ceiling_tokens >= 0)"),
+    ("attempt", "tokens", "INTEGER CHECK (tokens IS NULL OR tokens >= 0)"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
@@ -184,7 +190,19 @@ UPDATE month SET
     day_open_nusd = (SELECT COALESCE(SUM(a.ceiling_nusd), 0) FROM attempt a
         WHERE a.provider = month.provider AND a.account = month.name
         AND a.day_utc = month.day_utc AND a.state = 'open')
-"""
+""",
+    # Run when the token columns reach an older ledger: settled attempts get the tokens their
+    # stored usage billed (a refusal or a never-sent attempt billed none); a reconciled one stays
+    # unknown. Attempts still open carry no token ceiling: nothing recorded what their window was.
+    "attempt": """
+UPDATE attempt SET tokens = CASE WHEN outcome = 'complete' AND json_valid(usage_json) THEN
+        COALESCE(json_extract(usage_json, '$.input_tokens'), 0)
+        + COALESCE(json_extract(usage_json, '$.cache_creation_input_tokens'), 0)
+        + COALESCE(json_extract(usage_json, '$.cache_read_input_tokens'), 0)
+        + COALESCE(json_extract(usage_json, '$.output_tokens'), 0)
+    WHEN outcome IN ('not_sent', 'rate_limited', 'overloaded', 'auth_required', 'request_rejected') THEN 0 END
+WHERE state = 'settled' AND tokens IS NULL
+""",
 }
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health")

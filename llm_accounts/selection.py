@@ -23,7 +23,7 @@ import functools
 
 from . import clock, health
 from .money import usd, usd_exact
-from .records import client_cap, clients_only
+from .records import client_cap, client_token_cap, clients_only, lists_client
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,19 +236,44 @@ def _no_room(what, spent, open_, ceiling, limit):
     return f"{what} cannot hold this model's ceiling (needs up to {money(ceiling)}, {money(limit - spent - open_)} left)"
 
 
-def verdict(account, facts, ceiling_nusd, model, now, *, client=None, others=(), day_totals=(0, 0), client_totals=(0, 0)):
+def over_token_cap(client, account_name, used, open_, cap, ceiling_tokens, now):
+    """The one-line budget_exhausted message of a client's token cap, in the dollar cap's words."""
+    month = clock.credit_month(now)
+    resets = clock.credit_period(month)[1]
+    return (
+        f"client '{client}' has {used:,} tokens used and {open_:,} in open token ceilings of its {cap:,}-token cap "
+        f"on account '{account_name}' for credit period {month}; this attempt needs up to {ceiling_tokens:,} tokens; "
+        f"the cap resets {when(resets)}"
+    )
+
+
+def _no_token_room(client, used, open_, ceiling_tokens, cap):
+    if cap - used - open_ <= 0:
+        return f"client {client}'s token cap reached"
+    return (
+        f"client {client}'s token cap cannot hold this model's token ceiling "
+        f"(needs up to {ceiling_tokens:,} tokens, {cap - used - open_:,} left)"
+    )
+
+
+def verdict(
+    account, facts, ceiling_nusd, model, now, *, client=None, others=(), day_totals=(0, 0), client_totals=(0, 0),
+    ceiling_tokens=None, client_token_totals=(0, 0),
+):
     """May ``account`` take an attempt of ``model`` with this ceiling now? Checks, in order: the
     model, the client list, a block, the period's fixed budget and key, health (account, then this
-    model on it), month room, day room, then the client's cap on this account.
+    model on it), month room, day room, then the client's dollar cap and token cap on this account.
 
     ``day_totals`` are today's ``(settled, open)`` on the account (needed with a daily budget),
-    ``client_totals`` the client's ``(settled, open)`` on it this period (needed with a cap)."""
+    ``client_totals`` the client's ``(settled, open)`` on it this period (needed with a cap), and
+    ``client_token_totals`` its ``(settled tokens, open token ceilings)`` (needed with a token cap,
+    checked against ``ceiling_tokens``, the attempt's worst case in billed tokens)."""
     f = facts
     v = Verdict(account=account, facts=f, budget_nusd=f.budget_nusd or account.budget_nusd)
     name = account.name
     if not serves(account, model):
         return v.refuse("no_account_available", f"account '{name}' does not serve model {model}", f"does not serve {model}")
-    if clients_only(account) and client_cap(account, client) is None:
+    if clients_only(account) and not lists_client(account, client):
         # Not a candidate for any client it does not list.
         return v.refuse(
             "account_blocked",
@@ -322,5 +347,21 @@ def verdict(account, facts, ceiling_nusd, model, now, *, client=None, others=(),
                 "budget_exhausted",
                 over_limit(f"client '{client}'", settled, open_, f"{money(cap)} cap on account '{name}'", "cap", ceiling_nusd, now),
                 _no_room(f"client {client}'s cap", settled, open_, ceiling_nusd, cap),
+            )
+    token_cap = client_token_cap(account, client)
+    if token_cap is not None:
+        if ceiling_tokens is None:
+            # Unknown is never zero: without a worst case in tokens the cap cannot admit.
+            return v.refuse(
+                "unsupported_pricing",
+                f"client '{client}' has a token cap on account '{name}', and this attempt's quote carries no token ceiling; nothing was sent",
+                f"client {client}'s token cap needs a token ceiling",
+            )
+        used, open_ = client_token_totals
+        if not fits(used, open_, ceiling_tokens, token_cap):
+            return v.refuse(
+                "budget_exhausted",
+                over_token_cap(client, name, used, open_, token_cap, ceiling_tokens, now),
+                _no_token_room(client, used, open_, ceiling_tokens, token_cap),
             )
     return v

@@ -214,7 +214,7 @@ def test_status_reports_each_client_cap_with_the_clients_committed_spend(ledger)
     ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], client="ci", now=T0)
     (line,) = ledger.status([work], now=T0)
     assert line.clients_only is True
-    assert [dataclasses.astuple(cap) for cap in line.client_caps] == [
+    assert [dataclasses.astuple(cap)[:6] for cap in line.client_caps] == [
         ("alice", 5 * NANO, 0, 0, 0, 5 * NANO),
         ("ci", 3 * NANO, NANO // 4, NANO // 2, 3 * NANO // 4, 3 * NANO - 3 * NANO // 4),
     ]
