@@ -441,6 +441,7 @@ class Ledger:
             if column not in _column_names(conn, table):
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
                 added.add(table)
+        added |= _table_names(conn) - tables  # created by this open: filled from the rows below
         for table in added & set(schema.BACKFILL):
             for statement in schema.statements(schema.BACKFILL[table]):
                 conn.execute(statement)
@@ -570,13 +571,12 @@ class Ledger:
             return f.day_settled_nusd, f.day_open_nusd
         if f.day_utc is None or f.day_utc < day:
             return 0, 0
-        # The clock went back within a month: sum that day from its rows.
+        # The clock went back within a month: that day's totals from the day table.
         row = conn.execute(
-            """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
-               FROM attempt WHERE provider = ? AND account = ? AND day_utc = ?""",
-            (provider, f.name, day),
+            "SELECT settled_nusd, open_nusd FROM day WHERE day_utc = ? AND provider = ? AND account = ?",
+            (day, provider, f.name),
         ).fetchone()
-        return row[0], row[1]
+        return (row[0], row[1]) if row else (0, 0)
 
     def _select(self, conn, provider, declared, facts, quote, day, now, client=None):
         """Order the candidates (docs/architecture.md "Selection") and bind the first."""
@@ -1147,8 +1147,9 @@ class Ledger:
                 cooling_models.setdefault(row["account"], []).append((row["model"], _iso(until)))
         open_counts = dict(
             conn.execute(
-                "SELECT account, COUNT(*) FROM attempt WHERE state = 'open' AND provider = ? AND month_utc = ? GROUP BY account",
-                (provider, month),
+                """SELECT account, SUM(attempts) FROM month_outcome WHERE month_utc = ? AND provider = ? AND state = 'open'
+                   GROUP BY account""",
+                (month, provider),
             ).fetchall()
         )
         names = list(declared) + sorted(set(facts) - set(declared))
@@ -1261,7 +1262,10 @@ class Ledger:
             raise invalid("limit", "must be a positive integer")
         where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
         direction = "ASC" if oldest_first else "DESC"
-        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY created_at {direction}, rowid {direction}"
+        # Admission order, the rowid: the clock is read under the write lock, so it follows
+        # created_at, and it needs no index (a list of the newest reads only its page; --open
+        # walks the partial attempt_open index, whose entries are in rowid order).
+        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY rowid {direction}"
         if limit is not None:
             sql += f" LIMIT {limit}"
         return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
@@ -1273,7 +1277,16 @@ class Ledger:
             raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
         where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
         sql = f"SELECT COUNT(*) FROM attempt WHERE {where}"
+        if set(filters) <= self._TOTAL_FILTERS:
+            # Filters the month_outcome totals carry: a sum over a few of their rows, however
+            # long the history (schema.py); otherwise the rows are counted.
+            where = " AND ".join(
+                f"{column} = COALESCE(:{column}, '')" if column == "outcome" else f"{column} = :{column}" for column in filters
+            ) or "1"
+            sql = f"SELECT COALESCE(SUM(attempts), 0) FROM month_outcome WHERE {where}"
         return self._run("attempt_count", lambda conn: conn.execute(sql, filters).fetchone()[0], write=False)
+
+    _TOTAL_FILTERS = frozenset(("account", "state", "outcome", "month_utc", "provider"))
 
     def open_attempts(self, **filters):
         """Attempts still holding their ceiling, oldest first: unknown outcomes awaiting
@@ -1330,7 +1343,8 @@ def _column_names(conn, table):
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-_INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
+# Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
+_INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
 
 
 def _schema_text_is_utf8(conn):
@@ -1352,7 +1366,7 @@ def _schema_text_is_utf8(conn):
 
 
 def _schema_complete(conn):
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index')")}
+    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger')")}
     if not (set(schema.TABLE_NAMES) | _INDEX_NAMES) <= names:
         return False
     return all(column in _column_names(conn, table) for table, column, _ in schema.COLUMNS)

@@ -147,6 +147,89 @@ CREATE TABLE IF NOT EXISTS model_health (
     PRIMARY KEY (provider, account, model),
     FOREIGN KEY (provider, account) REFERENCES account (provider, name)
 );
+
+-- Totals per UTC day and per credit period by outcome (docs/architecture.md "Datasette"), so the
+-- spend views read a few aggregate rows instead of summing attempts, at any length of history.
+-- The triggers below keep them in the statement that inserts or changes an attempt, hence in its
+-- transaction, whichever code path writes it. An attempt's provider, account, month and day never
+-- change. Both are WITHOUT ROWID (one B-tree each), so keeping them journals one page apiece.
+CREATE TABLE IF NOT EXISTS day (
+    day_utc       TEXT NOT NULL,
+    provider      TEXT NOT NULL,
+    account       TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    settled_nusd  INTEGER NOT NULL DEFAULT 0,   -- costs of the day's settled attempts
+    open_nusd     INTEGER NOT NULL DEFAULT 0,   -- ceilings of the day's open attempts
+    PRIMARY KEY (day_utc, provider, account)
+) WITHOUT ROWID;
+
+-- One row per credit period, account, state and recorded outcome (with the documented error
+-- type, rejection class and HTTP status): what attempts_by_outcome, rejection_classes and the
+-- dashboard's last success read. '' and 0 stand for "none", since a key column cannot be NULL.
+CREATE TABLE IF NOT EXISTS month_outcome (
+    month_utc            TEXT NOT NULL,
+    provider             TEXT NOT NULL,
+    account              TEXT NOT NULL,
+    state                TEXT NOT NULL,
+    outcome              TEXT NOT NULL,
+    provider_error_type  TEXT NOT NULL,
+    rejection_class      TEXT NOT NULL,
+    http_status          INTEGER NOT NULL,
+    attempts             INTEGER NOT NULL DEFAULT 0,
+    cost_nusd            INTEGER NOT NULL DEFAULT 0,
+    open_nusd            INTEGER NOT NULL DEFAULT 0,
+    last_at              TEXT NOT NULL,   -- latest admission (open) or settlement (settled) counted
+    PRIMARY KEY (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS attempt_totals_insert AFTER INSERT ON attempt BEGIN
+    INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.day_utc, NEW.provider, NEW.account, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, settled_nusd = settled_nusd + excluded.settled_nusd,
+        open_nusd = open_nusd + excluded.open_nusd;
+    INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+        http_status, attempts, cost_nusd, open_nusd, last_at)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
+            COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
+            1, COALESCE(NEW.cost_nusd, 0), CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+            COALESCE(NEW.settled_at, NEW.created_at))
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, cost_nusd = cost_nusd + excluded.cost_nusd,
+        open_nusd = open_nusd + excluded.open_nusd, last_at = max(last_at, excluded.last_at);
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_totals_update
+AFTER UPDATE OF state, outcome, provider_error_type, rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt BEGIN
+    UPDATE day SET
+        settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0) + COALESCE(NEW.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+            + CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END
+    WHERE day_utc = NEW.day_utc AND provider = NEW.provider AND account = NEW.account;
+    UPDATE month_outcome SET attempts = attempts - 1, cost_nusd = cost_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account AND state = OLD.state
+        AND outcome = COALESCE(OLD.outcome, '') AND provider_error_type = COALESCE(OLD.provider_error_type, '')
+        AND rejection_class = COALESCE(OLD.rejection_class, '') AND http_status = COALESCE(OLD.http_status, 0);
+    INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+        http_status, attempts, cost_nusd, open_nusd, last_at)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
+            COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
+            1, COALESCE(NEW.cost_nusd, 0), CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+            COALESCE(NEW.settled_at, NEW.created_at))
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, cost_nusd = cost_nusd + excluded.cost_nusd,
+        open_nusd = open_nusd + excluded.open_nusd, last_at = max(last_at, excluded.last_at);
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_totals_delete AFTER DELETE ON attempt BEGIN
+    UPDATE day SET attempts = attempts - 1, settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    WHERE day_utc = OLD.day_utc AND provider = OLD.provider AND account = OLD.account;
+    UPDATE month_outcome SET attempts = attempts - 1, cost_nusd = cost_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account AND state = OLD.state
+        AND outcome = COALESCE(OLD.outcome, '') AND provider_error_type = COALESCE(OLD.provider_error_type, '')
+        AND rejection_class = COALESCE(OLD.rejection_class, '') AND http_status = COALESCE(OLD.http_status, 0);
+END;
 """
 
 # Columns added to shipped tables after they first shipped: (table, column, declaration).
@@ -203,9 +286,30 @@ UPDATE attempt SET tokens = CASE WHEN outcome = 'complete' AND json_valid(usage_
     WHEN outcome IN ('not_sent', 'rate_limited', 'overloaded', 'auth_required', 'request_rejected') THEN 0 END
 WHERE state = 'settled' AND tokens IS NULL
 """,
+    # The day and month_outcome totals (issue 14), computed from the rows when an open creates
+    # those tables; from then on the attempt triggers keep them. One pass over the attempts each.
+    "day": """
+DELETE FROM day;
+INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
+SELECT day_utc, provider, account, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt GROUP BY day_utc, provider, account
+""",
+    "month_outcome": """
+DELETE FROM month_outcome;
+INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+    http_status, attempts, cost_nusd, open_nusd, last_at)
+SELECT month_utc, provider, account, state, COALESCE(outcome, ''), COALESCE(provider_error_type, ''),
+       COALESCE(rejection_class, ''), COALESCE(http_status, 0), COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0), MAX(COALESCE(settled_at, created_at))
+FROM attempt
+GROUP BY month_utc, provider, account, state, COALESCE(outcome, ''), COALESCE(provider_error_type, ''),
+         COALESCE(rejection_class, ''), COALESCE(http_status, 0)
+""",
 }
 
-TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health")
+TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
+               "day", "month_outcome")  # day and month_outcome: issue 14, gained on open
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.
 BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")
