@@ -1,41 +1,86 @@
 """Which models each account serves, refreshed from ``GET /v1/models`` (docs/architecture.md "An
-account declaration").
+account declaration" and "Model lists").
 
 ``llm accounts refresh-models`` asks each account's organization which models it may use and
-keeps the ids (never a key) in ``accounts-models.json`` beside ``accounts.json``. New
-conversations then go only to accounts that serve the requested model. An account never
-refreshed, or whose refresh failed, is assumed to serve every priced model, as before.
+keeps the ids (never a key) in ``accounts-models.json`` beside ``accounts.json``, with when they
+were fetched. New conversations then go only to accounts that serve the requested model. An
+account never refreshed is assumed to serve every priced model, as before.
+
+A refresh that fails keeps the account's previous list and records the failure (its error code
+and when), so ``llm accounts status`` can say the list is old and why. A list older than a day is
+refreshed automatically by a background thread that a routed prompt starts: the prompt never
+waits for it (it routes on the list it read) and the next prompt uses the new list. The thread
+resolves keys in this process exactly as an attempt does, so no key reaches ``os.environ`` or a
+child process's environment; it never raises into the prompt.
 """
 
+import contextlib
 import dataclasses
+import datetime as dt
 import json
+import logging
 import os
+import pathlib
 import tempfile
+import threading
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None
 
 from . import clock, keys, transport
 from .errors import AccountsError
 from .paths import user_dir
 
+log = logging.getLogger("llm_accounts.catalog")
+
 FILENAME = "accounts-models.json"
 PAGE_LIMIT = 1000
 MAX_PAGES = 20
+# A list older than this is refreshed in the background by the next routed prompt.
+STALE_AFTER = dt.timedelta(days=1)
+# After a failed automatic refresh, prompts wait this long before trying that account again, so a
+# refused key is not asked on every prompt.
+RETRY_AFTER = dt.timedelta(hours=1)
+
+_background = None  # the last background refresh thread started by this process
 
 
 def cache_path():
     return user_dir() / FILENAME
 
 
-def load():
-    """``{account: {"models": [...], "refreshed_at": iso}}``; missing or unreadable means {}."""
+def load(path=None):
+    """``{account: {"models": [...], "refreshed_at": iso, ...}}``; missing or unreadable means {}."""
     try:
-        data = json.loads(cache_path().read_text())
+        data = json.loads(pathlib.Path(path or cache_path()).read_text())
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def _save(data):
-    path = cache_path()
+@contextlib.contextmanager
+def _locked(path, purpose="edit", blocking=True):
+    """An exclusive ``flock`` on a lock file beside ``path`` (one per ``purpose``: "edit" guards a
+    read-modify-write, "refresh" an automatic refresh in flight); yields False when ``blocking``
+    is off and another process holds it. Where ``fcntl`` is missing nothing is serialized."""
+    if fcntl is None:
+        yield True
+        return
+    fd = os.open(path.parent / f".{path.name}.{purpose}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
+
+
+def _save(data, path):
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".accounts-models-")
     try:
         with os.fdopen(fd, "w") as f:
@@ -48,16 +93,24 @@ def _save(data):
         raise
 
 
-def fetch_model_ids(secret, http):
+def _merge(path, changes):
+    """Apply ``{account: entry}`` to the file under its lock, keeping every other account's entry
+    (another process may have refreshed them meanwhile)."""
+    with _locked(path):
+        data = load(path)
+        data.update(changes)
+        _save(data, path)
+
+
+def fetch_model_ids(secret, http, base=None):
     """Every model id the key's organization lists, following ``has_more`` pages."""
+    base = base or transport.base_url()
     ids, after = [], None
     for _ in range(MAX_PAGES):
         params = {"limit": PAGE_LIMIT}
         if after:
             params["after_id"] = after
-        response = http.get(
-            transport.base_url() + "/v1/models", params=params, headers=transport.headers(secret, stream=False)
-        )
+        response = http.get(base + "/v1/models", params=params, headers=transport.headers(secret, stream=False))
         if response.status_code != 200:
             from . import classify
 
@@ -75,27 +128,173 @@ def fetch_model_ids(secret, http):
     return ids
 
 
-def refresh(declaration, names=None):
-    """Refresh the listed accounts (default all); returns ``{account: ids or AccountsError}``."""
+def refresh(declaration, names=None, *, automatic=False, path=None, base=None, cwd=None, now=None):
+    """Refresh the listed accounts (default all); returns ``{account: ids or AccountsError}``.
+
+    A failure keeps the account's previous list and records ``failed_at`` and ``error`` (a code,
+    never provider text); a success clears them. ``automatic`` marks a background refresh.
+    """
+    path = pathlib.Path(path or cache_path())
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
-    data, results = load(), {}
+    results, changes = {}, {}
     with transport.client() as http:
         for account in wanted:
+            secret = None
             try:
-                secret = keys.resolve_key(account.key_env, declaration)
-                ids = fetch_model_ids(secret, http)
+                secret = keys.resolve_key(account.key_env, declaration, cwd=cwd)
+                ids = fetch_model_ids(secret, http, base)
             except AccountsError as error:
                 results[account.name] = error
-                continue
             except Exception as error:  # transport failures: name the class, never the text
                 results[account.name] = AccountsError("transport_error", f"GET /v1/models failed ({type(error).__name__})")
-                continue
+            else:
+                results[account.name] = sorted(set(ids))
             finally:
                 secret = None
-            data[account.name] = {"models": sorted(set(ids)), "refreshed_at": clock.isoformat(clock.now())}
-            results[account.name] = data[account.name]["models"]
-    _save(data)
+    at = clock.isoformat(now or clock.now())
+    previous = load(path)
+    for name, result in results.items():
+        entry = previous.get(name)
+        if isinstance(result, list):
+            changes[name] = {"models": result, "refreshed_at": at}
+        elif isinstance(entry, dict) and isinstance(entry.get("models"), list):
+            # The old list stays in force; the failure is recorded beside it.
+            changes[name] = {**entry, "failed_at": at, "error": result.code, "automatic": automatic}
+    _merge(path, changes)
     return results
+
+
+# Automatic refresh off the request path
+
+
+def stale_accounts(declaration, served, now):
+    """Names of declared accounts whose list is older than ``STALE_AFTER`` and that did not fail
+    an automatic refresh within ``RETRY_AFTER``. Accounts never refreshed have no list to keep
+    fresh: they serve every priced model until ``llm accounts refresh-models`` is run."""
+    names = []
+    for account in declaration.accounts:
+        entry = served.get(account.name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("models"), list):
+            continue
+        fetched = _time(entry.get("refreshed_at"))
+        if fetched is not None and now - fetched < STALE_AFTER:
+            continue
+        failed = _time(entry.get("failed_at"))
+        if failed is not None and fetched is not None and failed > fetched and now - failed < RETRY_AFTER:
+            continue
+        names.append(account.name)
+    return names
+
+
+def refresh_stale_in_background(declaration, served=None, now=None):
+    """Start a daemon thread refreshing the stale lists, or do nothing; returns the thread or None.
+
+    Called by a routed prompt after it has read the lists it routes on, so the prompt never waits
+    for ``GET /v1/models``. Anything that goes wrong is logged by class and swallowed: a prompt
+    never fails because a list could not be refreshed."""
+    global _background
+    try:
+        path = cache_path()
+        served = load(path) if served is None else served
+        names = stale_accounts(declaration, served, now or clock.now())
+        if not names or (_background is not None and _background.is_alive()):
+            return None
+        # Where the thread writes and whom it asks are fixed now, not when it runs.
+        thread = threading.Thread(
+            target=_refresh_quietly,
+            args=(declaration, frozenset(names), path, transport.base_url(), pathlib.Path.cwd()),
+            name="llm-accounts-refresh-models",
+            daemon=True,
+        )
+        thread.start()
+        _background = thread
+        return thread
+    except Exception as error:
+        log.debug("automatic model list refresh not started (%s)", type(error).__name__)
+        return None
+
+
+def _refresh_quietly(declaration, names, path, base, cwd):
+    try:
+        with _locked(path, "refresh", blocking=False) as mine:
+            if not mine:
+                return  # another process is refreshing
+            # Another process may have refreshed these while this one waited to start.
+            names = set(names) & set(stale_accounts(declaration, load(path), clock.now()))
+            if names:
+                refresh(declaration, names, automatic=True, path=path, base=base, cwd=cwd)
+    except Exception as error:
+        log.debug("automatic model list refresh failed (%s)", type(error).__name__)
+
+
+def wait_for_background(timeout=None):
+    """Join the last background refresh (tests, and a caller that wants the new list now)."""
+    thread = _background
+    if thread is not None:
+        thread.join(timeout)
+        return not thread.is_alive()
+    return True
+
+
+# Reading the lists
+
+
+@dataclasses.dataclass(frozen=True)
+class ListStatus:
+    """What ``llm accounts status`` says about one account's model list."""
+
+    models: int | None  # how many ids it lists; None: never refreshed (serves every priced model)
+    refreshed_at: str | None
+    stale: bool
+    failed_at: str | None = None  # the latest refresh that failed after the list was fetched
+    error: str | None = None
+    automatic: bool = False
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+    def note(self):
+        """A short note for the status table, or None when there is nothing to say."""
+        if self.models is None:
+            return None
+        fetched = _short(self.refreshed_at)
+        if self.failed_at is not None:
+            how = "automatic refresh" if self.automatic else "refresh"
+            return f"model list {how} failed ({self.error}) {_short(self.failed_at)}; keeping the list from {fetched}"
+        if self.stale:
+            return f"model list from {fetched} is stale"
+        return None
+
+
+def list_status(name, served, now):
+    entry = served.get(name)
+    if not isinstance(entry, dict) or not isinstance(entry.get("models"), list):
+        return ListStatus(None, None, False)
+    fetched, failed = _time(entry.get("refreshed_at")), _time(entry.get("failed_at"))
+    failing = failed is not None and (fetched is None or failed > fetched)
+    return ListStatus(
+        models=len(entry["models"]),
+        refreshed_at=entry.get("refreshed_at") if fetched is not None else None,
+        stale=fetched is None or now - fetched >= STALE_AFTER,
+        failed_at=entry.get("failed_at") if failing else None,
+        error=entry.get("error") if failing and isinstance(entry.get("error"), str) else None,
+        automatic=bool(entry.get("automatic")) if failing else False,
+    )
+
+
+def why_not_served(account, model, revision, served):
+    """Why ``account`` (as declared) does not serve ``model``: its declared ``models`` or its
+    fetched list (docs/architecture.md "Model lists")."""
+    wanted = _canonical((model,), revision)[0]
+    if account.models is not None and wanted not in _canonical(account.models, revision):
+        return f"does not serve {model}: not in its declared models"
+    entry = served.get(account.name)
+    if isinstance(entry, dict) and isinstance(entry.get("models"), list):
+        return (
+            f"does not serve {model}: its model list from {_short(entry.get('refreshed_at'))} lacks it "
+            "(llm accounts refresh-models fetches it again)"
+        )
+    return f"does not serve {model}"
 
 
 def effective_accounts(accounts, revision, served=None):
@@ -122,3 +321,18 @@ def _canonical(model_ids, revision):
         model = revision.model(model_id)
         ids.append(model.id if model is not None else model_id)
     return tuple(dict.fromkeys(ids))
+
+
+def _time(value):
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def _short(value):
+    parsed = _time(value)
+    return "an unknown time" if parsed is None else parsed.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

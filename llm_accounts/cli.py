@@ -694,8 +694,18 @@ def status(json_):
         lines = ledger.status(declared)
     except AccountsError as error:
         fail(error)
+    # Each account's model list: when it was fetched, and a refresh that failed (llm_accounts.catalog).
+    from . import catalog, clock
+
+    served, at = catalog.load(), clock.now()
+    model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     if json_:
-        echo_json({"routed": bool(declared), "accounts": [line.as_dict() for line in lines]})
+        echo_json(
+            {
+                "routed": bool(declared),
+                "accounts": [{**line.as_dict(), "model_list": model_lists[line.name].as_dict()} for line in lines],
+            }
+        )
         return
     if not declared:
         click.echo("No accounts declared: claude-routed sends unrouted. Ledger history:")
@@ -738,6 +748,8 @@ def status(json_):
             notes.append("listed clients only")
         for model, until in line.model_cooldowns:
             notes.append(f"{model} unavailable until {until[11:16]} UTC")
+        if model_lists[line.name].note():
+            notes.append(model_lists[line.name].note())
         rows.append(
             (
                 line.name,
@@ -985,7 +997,12 @@ def refresh_models(names, json_):
     """Ask each account which models it serves (GET /v1/models) and remember the answer.
 
     New conversations then go only to accounts that serve the requested model. Each account's
-    key is resolved only for its own request. With NAMES, refresh only those accounts.
+    key is resolved only for its own request. With NAMES, refresh only those accounts. Each
+    list records when it was fetched; a prompt refreshes a list older than a day in the
+    background (the next prompt uses it).
+
+    An account that could not be refreshed keeps its previous list, 'llm accounts status'
+    says so, and the command exits with status 1 naming those accounts.
 
     \b
     Example:
@@ -1008,6 +1025,7 @@ def refresh_models(names, json_):
         results = catalog.refresh(declaration, set(names) or None)
     except AccountsError as error:
         fail(error)
+    failed = [name for name, value in results.items() if not isinstance(value, list)]
     if json_:
         echo_json(
             {
@@ -1015,12 +1033,18 @@ def refresh_models(names, json_):
                 for name, value in results.items()
             }
         )
-        return
-    for name, value in results.items():
-        if isinstance(value, list):
-            click.echo(f"{name}: {len(value)} models")
-        else:
-            click.echo(f"{name}: not refreshed: {value}", err=True)
+    else:
+        for name, value in results.items():
+            if isinstance(value, list):
+                click.echo(f"{name}: {len(value)} models")
+            else:
+                click.echo(f"{name}: not refreshed: {value}", err=True)
+    if failed:
+        fail(AccountsError(
+            results[failed[0]].code,
+            f"could not refresh the model list of account{'s' if len(failed) > 1 else ''} {', '.join(failed)}; "
+            "each keeps its previous list (see llm accounts status)",
+        ))
 
 
 @accounts.command()
@@ -1044,6 +1068,7 @@ def ladder(model_id, client, json_):
         llm accounts ladder
         llm accounts ladder --model claude-opus-4-6 --json
     """
+    import dataclasses
     import os
 
     from . import DEFAULT_MODEL_ENV, catalog
@@ -1065,11 +1090,22 @@ def ladder(model_id, client, json_):
 
             model_id = os.environ.get(DEFAULT_MODEL_ENV) or DEFAULT_MODEL
         quote = ladder_module.quote_for(model_id, revision)
-        accounts_ = catalog.effective_accounts(declaration.accounts, revision)
+        served = catalog.load()
+        accounts_ = catalog.effective_accounts(declaration.accounts, revision, served)
         client = client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None
         with Ledger() as ledger:
             lines, verdicts = ledger.ladder(accounts_, quote, client=client)
         rungs = ladder_module.build(lines, verdicts)
+        # A model the account does not serve: say whether its declaration or its fetched list lacks it.
+        declared_by_name = {a.name: a for a in declaration.accounts}
+        rungs = [
+            dataclasses.replace(
+                r, reason=catalog.why_not_served(declared_by_name[r.name], quote.requested_model, revision, served)
+            )
+            if r.reason.startswith("does not serve") and r.name in declared_by_name
+            else r
+            for r in rungs
+        ]
     except AccountsError as error:
         fail(error)
     if json_:

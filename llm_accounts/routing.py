@@ -57,7 +57,11 @@ class RoutedCall:
         # Raises unsupported_pricing before anything is reserved or sent.
         self.quote = pricing.quote(body, self.revision)
         # Declared models, narrowed to what each account serves (llm accounts refresh-models).
-        self.accounts = catalog.effective_accounts(declaration.accounts, self.revision)
+        served = catalog.load()
+        self.accounts = catalog.effective_accounts(declaration.accounts, self.revision, served)
+        # A list older than a day is fetched again in a background thread: this prompt routes on
+        # the lists just read and never waits; the next prompt uses the new ones.
+        catalog.refresh_stale_in_background(declaration, served)
         self.records = []
         self.tried = []
         # (account, short summary, error) of each attempt a new conversation moved on from.

@@ -1,4 +1,4 @@
-"""Per-client caps and client lists on accounts (ADR-0055; design.md ``LLM_ACCOUNTS_CLIENT``).
+"""Per-client caps and client lists on accounts (docs/architecture.md "Client caps", "Environment").
 
 An account may cap what one client label spends on it in a credit period (``clients``), and may
 serve only its listed clients (``clients_only``). Admission checks both in the reservation
