@@ -398,6 +398,27 @@ def daily_chart(summaries, daily_spend, month, today):
     return chart
 
 
+# Token use per client and account this credit period, for client token caps (docs/architecture.md
+# "Client caps"): billed tokens of settled attempts and token ceilings of open ones. Only attempts
+# with a client label are read, on the partial attempt_client index.
+CLIENT_TOKENS_SQL = """
+select provider, account, client,
+  coalesce(sum(case when state = 'settled' then tokens end), 0) as tokens_used,
+  coalesce(sum(case when state = 'open' then ceiling_tokens end), 0) as tokens_open
+from attempt where client is not null and month_utc = :month
+group by provider, account, client
+order by account, client
+"""
+
+
+async def client_tokens(db, params):
+    """Rows of ``CLIENT_TOKENS_SQL``; none from a ledger older than the token columns."""
+    columns = {row[1] for row in (await db.execute("pragma table_info(attempt)")).rows}
+    if not {"tokens", "ceiling_tokens"} <= columns:
+        return []
+    return [dict(row) for row in (await db.execute(CLIENT_TOKENS_SQL, params)).rows]
+
+
 async def load(db, now):
     """Everything the dashboard shows for ledger database ``db`` at instant ``now``."""
     month, day = clock.credit_month(now), clock.utc_day(now)
@@ -421,4 +442,5 @@ async def load(db, now):
         "has_adjustments": any(row["delta_nusd"] for row in adjustments),
         "budget_chart": budget_chart(summaries),
         "daily_chart": daily_chart(summaries, daily_spend, month, day),
+        "client_tokens": await client_tokens(db, params),
     }
