@@ -1,7 +1,7 @@
 """Datasette plugin for the llm-accounts ledger (docs/architecture.md "Datasette").
 
-Adds read-only canned queries to every database holding the ledger's tables, and a spend
-dashboard at ``/-/llm-accounts``. Datasette 0.65 asks for canned queries through the
+Adds read-only canned queries to every database holding the ledger's tables, a spend
+dashboard at ``/-/llm-accounts`` and the same figures as JSON at ``/-/llm-accounts.json``. Datasette 0.65 asks for canned queries through the
 ``canned_queries`` hook; the 1.0 alphas dropped that hook for ``datasette.add_query()``, called
 from ``startup()``. Both are implemented so the plugin works on either.
 """
@@ -12,7 +12,7 @@ from datasette.utils.asgi import Forbidden, Response
 from llm_accounts import clock
 
 from . import dashboard
-from .queries import LEDGER_TABLES, QUERIES, canned_queries as ledger_queries
+from .queries import LEDGER_TABLES, QUERIES, TOTALS_TABLES, canned_queries as ledger_queries
 
 DASHBOARD_PATH = "/-/llm-accounts"
 SOURCE = "llm-accounts"
@@ -21,6 +21,12 @@ SOURCE = "llm-accounts"
 async def is_ledger(db):
     """A database is a ledger when it holds the ledger's core tables."""
     return set(LEDGER_TABLES) <= set(await db.table_names())
+
+
+async def has_totals(db):
+    """Whether the ledger holds the totals the queries and dashboard read (a ledger written by
+    an older llm-accounts gains them the next time an ``llm accounts`` command opens it)."""
+    return set(LEDGER_TABLES + TOTALS_TABLES) <= set(await db.table_names())
 
 
 def route_name(datasette, query, tables):
@@ -38,7 +44,7 @@ def route_name(datasette, query, tables):
 def canned_queries(datasette, database, actor):
     # Datasette 0.65; the 1.0 alphas never call this hook.
     async def inner():
-        if await is_ledger(datasette.get_database(database)):
+        if await has_totals(datasette.get_database(database)):
             return ledger_queries()
         return {}
 
@@ -54,7 +60,7 @@ def startup(datasette):
     # queries on 0.65: they run without the execute-sql permission, and none writes.
     async def inner():
         for db in list(datasette.databases.values()):
-            if not await is_ledger(db):
+            if not await has_totals(db):
                 continue
             for query in QUERIES:
                 for name in query.names:
@@ -74,7 +80,7 @@ def startup(datasette):
 
 @hookimpl
 def register_routes():
-    return [(r"^/-/llm-accounts$", dashboard_view)]
+    return [(r"^/-/llm-accounts$", dashboard_view), (r"^/-/llm-accounts\.json$", dashboard_json)]
 
 
 @hookimpl
@@ -94,15 +100,19 @@ async def _allowed(datasette, actor, action, database=None):
     return await datasette.permission_allowed(actor, action, resource=database, default=True)
 
 
-async def dashboard_view(datasette, request):
+async def _ledgers(datasette, request, now):
+    """``dashboard.load()`` of every ledger database the actor may view, with query links; a
+    ledger without the totals yet is listed with ``outdated`` set and nothing loaded."""
     if not await _allowed(datasette, request.actor, "view-instance"):
         raise Forbidden("You do not have permission to view this instance")
-    now = clock.now()
     ledgers = []
     for db in list(datasette.databases.values()):
         if not await is_ledger(db):
             continue
         if not await _allowed(datasette, request.actor, "view-database", db.name):
+            continue
+        if not await has_totals(db):
+            ledgers.append({"name": db.name, "outdated": True, "url": datasette.urls.database(db.name)})
             continue
         ledger = await dashboard.load(db, now)
         tables = set(await db.table_names())
@@ -117,13 +127,36 @@ async def dashboard_view(datasette, request):
         ]
         ledger["url"] = datasette.urls.database(db.name)
         ledgers.append(ledger)
+    return ledgers
+
+
+async def dashboard_view(datasette, request):
+    now = clock.now()
+    ledgers = await _ledgers(datasette, request, now)
     html = await datasette.render_template(
         "llm_accounts_dashboard.html",
         {
             "ledgers": ledgers,
             "now": now.strftime("%Y-%m-%d %H:%M UTC"),
             "css_url": datasette.urls.static_plugins(SOURCE, "llm-accounts.css"),
+            "json_url": datasette.urls.path(DASHBOARD_PATH + ".json"),
         },
         request=request,
     )
     return Response.html(html)
+
+
+async def dashboard_json(datasette, request):
+    """The dashboard's figures for scripts (README "Datasette"): per ledger, each account's
+    budget, spend, open ceilings, remaining, today and health, and the credit period's days."""
+    now = clock.now()
+    ledgers = await _ledgers(datasette, request, now)
+    return Response.json(
+        {
+            "now": clock.isoformat(now),
+            "ledgers": [
+                {"database": ledger["name"], "outdated": True} if ledger.get("outdated") else dashboard.as_json(ledger)
+                for ledger in ledgers
+            ],
+        }
+    )

@@ -1,34 +1,48 @@
-"""The spend dashboard at ``/-/llm-accounts`` (docs/architecture.md "Datasette").
+"""The spend dashboard at ``/-/llm-accounts`` and its JSON form (docs/architecture.md "Datasette").
 
-``load()`` reads one ledger database; ``summarize()``, ``budget_chart()`` and ``daily_chart()``
-are pure and turn those rows into what the template draws. Money stays integer nanodollars
-until it is formatted with ``llm_accounts.money`` (docs/pricing.md "Money"); the chart geometry
-is pixels.
+``load()`` reads one ledger database; ``summarize()``, ``budget_chart()``, ``daily_chart()`` and
+``as_json()`` are pure and turn those rows into what the template draws or a script reads. Money
+stays integer nanodollars until it is formatted with ``llm_accounts.money`` (docs/pricing.md
+"Money"); the chart geometry is pixels.
+
+Every read is of aggregates: the accounts, their ``month`` rows (running totals), the ``day`` rows
+of the credit period and the ``month_outcome`` rows for the last success, never the attempts, so
+the page costs the same at any length of history (docs/performance.md).
 """
 
 import dataclasses
 import datetime as dt
 
-from llm_accounts import clock
-from llm_accounts.money import usd
+from llm_accounts import clock, health
+from llm_accounts.money import usd, usd_exact
 
 NEAR_BUDGET = (9, 10)
 """Spend at or above 9/10 of a budget is "near": the bound warm-prefix affinity keeps free."""
 
-ACCOUNT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000")
-"""Okabe-Ito colours, distinguishable with the common colour-vision deficiencies."""
+ACCOUNT_COLOURS = (
+    "#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00",  # Okabe-Ito
+    "#332288", "#999933", "#882255", "#44AA99", "#000000", "#DDCC77",  # Paul Tol's muted, and black
+)
+"""Twelve colours before any repeats: Okabe-Ito's six and five of Paul Tol's muted palette, plus
+black, chosen to stay apart with the common colour-vision deficiencies. Every bar also carries
+its account's name in its tooltip and the table has a swatch, so nothing relies on colour alone."""
 
 ACCOUNTS_SQL = """
+with completed as (
+  select provider, account, max(last_at) as last_at from month_outcome
+  where state = 'settled' and outcome = 'complete' and attempts > 0
+  group by provider, account
+)
 select
   account.provider, account.name, account.rank, account.block_reason, account.removed_at,
-  health.state, health.failure_class, health.http_status, health.cooldown_until,
-  coalesce(health.last_success_at, (
-    select max(settled_at) from attempt
-    where attempt.provider = account.provider and attempt.account = account.name
-      and attempt.outcome = 'complete'
-  )) as last_success_at
+  health.state, health.failure_class, health.http_status, health.since, health.last_failure_at,
+  health.cooldown_until, health.probe_attempt_id,
+  probe.state as probe_state, probe.created_at as probe_created_at,
+  coalesce(health.last_success_at, completed.last_at) as last_success_at
 from account
 left join health on health.provider = account.provider and health.account = account.name
+left join attempt as probe on probe.id = health.probe_attempt_id
+left join completed on completed.provider = account.provider and completed.account = account.name
 order by account.rank, account.name
 """
 
@@ -39,11 +53,8 @@ order by month_utc
 """
 
 MONTH_SPEND_SQL = """
-select provider, account,
-  coalesce(sum(cost_nusd), 0) as settled_nusd,
-  coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
-from attempt where month_utc = :month
-group by provider, account
+select provider, name as account, settled_nusd, open_nusd
+from month where month_utc = :month
 """
 
 ADJUSTMENTS_SQL = """
@@ -53,11 +64,8 @@ group by provider, account
 """
 
 DAILY_SPEND_SQL = """
-select provider, account, day_utc,
-  coalesce(sum(cost_nusd), 0) as settled_nusd,
-  coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
-from attempt where month_utc = :month
-group by provider, account, day_utc
+select provider, account, day_utc, settled_nusd, open_nusd
+from day where day_utc >= :first_day and day_utc <= :last_day
 """
 
 
@@ -73,6 +81,7 @@ class AccountSummary:
     today_settled_nusd: int = 0
     today_open_nusd: int = 0
     health_state: str = "ok"
+    health_view: str = "ok"  # llm_accounts.health.view: ok, cooling, probe_due, probing, auth_failed
     failure_class: str = None
     http_status: int = None
     cooldown_until: str = None
@@ -81,6 +90,7 @@ class AccountSummary:
     removed: bool = False
     last_success_at: str = None
     colour: str = ACCOUNT_COLOURS[0]
+    places: dict = dataclasses.field(default_factory=dict)  # money field -> decimal places shown
 
     @property
     def used_nusd(self):
@@ -129,7 +139,13 @@ class AccountSummary:
             detail = self.failure_class or "unclassified"
             if self.http_status:
                 detail += f", HTTP {self.http_status}"
-            marks.append(("bad", f"Failing: {detail}"))
+            if self.health_view == "probe_due":
+                # The cooldown is over: the next attempt is admitted as its one probe.
+                marks.append(("warn", f"Probe due: {detail}"))
+            elif self.health_view == "probing":
+                marks.append(("warn", f"Probing: {detail}"))
+            else:
+                marks.append(("bad", f"Failing: {detail}"))
         if self.budget_reached:
             marks.append(("bad", "Budget reached"))
         elif self.near_budget:
@@ -142,14 +158,28 @@ class AccountSummary:
 
     @property
     def status(self):
+        """blocked, cooling, probe_due, probing, failing or ok."""
         if self.block_reason:
             return "blocked"
         if self.health_state == "failing":
-            return "cooling" if self.cooling else "failing"
+            if self.health_view in ("cooling", "probe_due", "probing"):
+                return self.health_view
+            return "failing"
         return "ok"
+
+    @property
+    def worst(self):
+        """The css class of the worst mark, or None: what the charts mark the account with."""
+        css = {css for css, _ in self.marks}
+        return next((level for level in ("bad", "warn") if level in css), None)
 
     def money(self, field, places=2):
         return usd(getattr(self, field), places)
+
+    def shown(self, field):
+        """The amount as the table shows it: cents, or more digits where cents would not tell
+        this account from another (``distinguishing_places``)."""
+        return usd_shown(getattr(self, field), self.places.get(field, 2))
 
 
 def _key(row, name="name"):
@@ -169,10 +199,15 @@ def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month
             and row["cooldown_until"]
             and _parse(row["cooldown_until"]) > now
         )
+        record = _health_record(row)
+        probe_taken = health.probe_outstanding(
+            record, row["probe_state"] == "open", _parse_or_none(row["probe_created_at"]), now
+        )
         summaries[_key(row)] = AccountSummary(
             name=row["name"],
             provider=row["provider"],
             health_state=row["state"] or "ok",
+            health_view=health.view(record, now, probe_taken),
             failure_class=row["failure_class"],
             http_status=row["http_status"],
             cooldown_until=row["cooldown_until"],
@@ -204,11 +239,68 @@ def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month
         if summary is not None and row["day_utc"] == day:
             summary.today_settled_nusd += row["settled_nusd"]
             summary.today_open_nusd += row["open_nusd"]
-    return [
+    shown = [
         summary
         for summary in summaries.values()
         if not summary.removed or summary.used_nusd or summary.budget_month == month
     ]
+    for field in MONEY_FIELDS:
+        for summary, places in zip(shown, distinguishing_places([getattr(s, field) for s in shown])):
+            summary.places[field] = places
+    return shown
+
+
+MONEY_FIELDS = ("budget_nusd", "settled_nusd", "open_nusd", "remaining_nusd", "today_nusd", "today_open_nusd", "daily_budget_nusd")
+"""The table's money columns, each shown with ``distinguishing_places``."""
+
+PLACES = (2, 3, 4, 5, 6, 7, 8, 9)
+
+
+def distinguishing_places(values):
+    """Decimal places to show each of ``values`` (nanodollars or None) with: cents, unless cents
+    would show a non-zero amount as zero, or two different amounts of the column alike; then as
+    many digits as tell them apart. ``$0.004`` and ``$0.003`` stay distinct, ``$4.00`` stays short."""
+    result = []
+    for value in values:
+        chosen = 9
+        for places in PLACES:
+            text = usd(value, places) if value is not None else None
+            if value and usd(0, places) in (text, "-" + usd(0, places)):
+                continue
+            if any(other is not None and other != value and usd(other, places) == text for other in values):
+                continue
+            chosen = places
+            break
+        result.append(chosen)
+    return result
+
+
+def usd_shown(nusd, places=2):
+    """``usd(nusd, places)`` without trailing zeros past the cents."""
+    text = usd(nusd, places)
+    if places > 2 and "." in text:
+        whole, frac = text.split(".")
+        text = f"{whole}.{frac.rstrip('0').ljust(2, '0')}"
+    return text
+
+
+def _parse_or_none(text):
+    return None if text is None else _parse(text)
+
+
+def _health_record(row):
+    """The account's ``health`` row as ``llm_accounts.health.Health``, or None without one."""
+    if row["state"] is None:
+        return None
+    return health.Health(
+        state=row["state"],
+        failure_class=row["failure_class"],
+        http_status=row["http_status"],
+        since=_parse_or_none(row["since"]),
+        last_failure_at=_parse_or_none(row["last_failure_at"]),
+        cooldown_until=_parse_or_none(row["cooldown_until"]),
+        probe_attempt_id=row["probe_attempt_id"],
+    )
 
 
 def _parse(text):
@@ -259,7 +351,7 @@ class Chart:
     lines: list  # dicts: x1, y1, x2, y2, css
 
 
-BUDGET_ROW = 46
+BUDGET_ROW = 52
 BUDGET_LEFT = 130
 BUDGET_RIGHT = 300
 BUDGET_WIDTH = 1000
@@ -294,30 +386,33 @@ def budget_chart(summaries):
         chart.labels.append(
             dict(x=BUDGET_LEFT - 10, y=y + bar / 2 + 5, text=row.name, anchor="end", css="name")
         )
+        worst = row.worst
         chart.bars.append(
             dict(
                 x=BUDGET_LEFT, y=y, width=x(row.budget_nusd) - BUDGET_LEFT, height=bar,
-                css="budget", title=f"{row.name}: budget {usd(row.budget_nusd)}",
+                css=f"budget marked-{worst}" if worst else "budget",
+                title=f"{row.name}: budget {row.shown('budget_nusd')}",
             )
         )
         settled_end = x(row.settled_nusd)
         chart.bars.append(
             dict(
                 x=BUDGET_LEFT, y=y, width=settled_end - BUDGET_LEFT, height=bar,
-                css="settled", title=f"{row.name}: settled {usd(row.settled_nusd)}",
+                css="settled", title=f"{row.name}: settled {row.shown('settled_nusd')}",
             )
         )
         if row.open_nusd:
             chart.bars.append(
                 dict(
                     x=settled_end, y=y, width=x(row.used_nusd) - settled_end, height=bar,
-                    css="open", title=f"{row.name}: open ceilings {usd(row.open_nusd)}",
+                    css="open", title=f"{row.name}: open ceilings {row.shown('open_nusd')}",
                 )
             )
         chart.lines.append(
             dict(x1=x(row.budget_nusd), y1=y - 5, x2=x(row.budget_nusd), y2=y + bar + 5, css="budget-mark")
         )
-        text = f"{usd(row.used_nusd)} of {usd(row.budget_nusd)} ({row.utilization})"
+        used = usd_shown(row.used_nusd, max(row.places.get("settled_nusd", 2), row.places.get("open_nusd", 2)))
+        text = f"{used} of {row.shown('budget_nusd')} ({row.utilization})"
         if row.budget_reached:
             text, css = text + " budget reached", "value bad"
         elif row.near_budget:
@@ -327,6 +422,12 @@ def budget_chart(summaries):
         chart.labels.append(
             dict(x=BUDGET_WIDTH - BUDGET_RIGHT + 14, y=y + bar / 2 + 5, text=text, anchor="start", css=css)
         )
+        # Failing, cooling, probe-due, blocked, exhausted: said under the bar too, not only in the table.
+        notes = [label for _, label in row.marks if label not in ("Budget reached", "Near budget")]
+        if notes:
+            chart.labels.append(
+                dict(x=BUDGET_LEFT, y=y + bar + 12, text=" · ".join(notes), anchor="start", css=f"mark {worst}")
+            )
     return chart
 
 
@@ -383,7 +484,7 @@ def daily_chart(summaries, daily_spend, month, today):
         for key, nusd in sorted(per_day[day], key=lambda item: order[item[0]]):
             chart.bars.append(
                 dict(x=x, y=y - h(nusd), width=width, height=h(nusd), css="account", fill=colours[key],
-                     title=f"{day} {key[1]}: settled {usd(nusd)}")
+                     title=f"{day} {key[1]}: settled {usd_shown(nusd, distinguishing_places([nusd])[0])}")
             )
             y -= h(nusd)
         if open_per_day[day]:
@@ -422,7 +523,8 @@ async def client_tokens(db, params):
 async def load(db, now):
     """Everything the dashboard shows for ledger database ``db`` at instant ``now``."""
     month, day = clock.credit_month(now), clock.utc_day(now)
-    params = {"month": month}
+    days = period_days(month)
+    params = {"month": month, "first_day": days[0], "last_day": days[-1]}
     accounts = (await db.execute(ACCOUNTS_SQL)).rows
     budgets = (await db.execute(BUDGETS_SQL, params)).rows
     month_spend = (await db.execute(MONTH_SPEND_SQL, params)).rows
@@ -442,5 +544,67 @@ async def load(db, now):
         "has_adjustments": any(row["delta_nusd"] for row in adjustments),
         "budget_chart": budget_chart(summaries),
         "daily_chart": daily_chart(summaries, daily_spend, month, day),
+        "daily_spend": daily_spend,
         "client_tokens": await client_tokens(db, params),
+    }
+
+
+def _money(nusd):
+    """An amount for scripts: integer nanodollars and the exact decimal USD string."""
+    return {"nusd": nusd, "usd": usd_exact(nusd)}
+
+
+def as_json(ledger):
+    """The figures of one ledger's dashboard for ``/-/llm-accounts.json`` (README "Datasette").
+
+    Money is integer nanodollars beside an exact decimal US dollar string; days are UTC."""
+    accounts = []
+    for summary in ledger["accounts"]:
+        accounts.append(
+            {
+                "account": summary.name,
+                "provider": summary.provider,
+                "status": summary.status,
+                "health": summary.health_view,
+                "failure_class": summary.failure_class,
+                "http_status": summary.http_status,
+                "cooldown_until": summary.cooldown_until,
+                "block_reason": summary.block_reason,
+                "removed": summary.removed,
+                "marks": [{"level": css, "label": label} for css, label in summary.marks],
+                "colour": summary.colour,
+                "budget": _money(summary.budget_nusd),
+                "budget_credit_period": summary.budget_month,
+                "settled": _money(summary.settled_nusd),
+                "open_ceilings": _money(summary.open_nusd),
+                "remaining": _money(summary.remaining_nusd),
+                "utilization": summary.utilization,
+                "today_settled": _money(summary.today_settled_nusd),
+                "today_open_ceilings": _money(summary.today_open_nusd),
+                "daily_budget": _money(summary.daily_budget_nusd),
+                "last_success_at": summary.last_success_at,
+            }
+        )
+    names = {(s.provider, s.name) for s in ledger["accounts"]}
+    per_day = {day: {} for day in period_days(ledger["month"])}
+    for row in ledger["daily_spend"]:
+        key = _key(row, "account")
+        if key in names and row["day_utc"] in per_day:
+            per_day[row["day_utc"]][row["account"]] = {
+                "settled": _money(row["settled_nusd"]),
+                "open_ceilings": _money(row["open_nusd"]),
+            }
+    return {
+        "database": ledger["name"],
+        "credit_period": ledger["month"],
+        "period_start": ledger["period_start"],
+        "period_last_day": ledger["period_last_day"],
+        "day": ledger["day"],
+        "accounts": accounts,
+        "days": [{"day": day, "accounts": spend} for day, spend in per_day.items()],
+        "client_tokens": [
+            {key: row[key] for key in ("account", "client", "tokens_used", "tokens_open")}
+            for row in ledger.get("client_tokens", ())
+        ],
+        "queries": [{"name": q["name"], "title": q["title"], "url": q["url"]} for q in ledger.get("queries", ())],
     }

@@ -8,12 +8,25 @@ Money columns are integer nanodollars (docs/pricing.md "Money"). Each query show
 decimal US dollar strings made with SQLite integer arithmetic; no money passes through REAL.
 Every query is a single SELECT: none writes. Optional parameters are written
 ``(:p = '' or col = :p)``, since Datasette passes a missing parameter as the empty string.
+
+None sums attempt rows, so each costs the same at a thousand attempts or ten million
+(docs/performance.md "Spend views at any length of history"): spend comes from the running
+totals the ledger keeps in ``month`` and ``day``, counts by outcome from ``month_outcome`` (kept
+by triggers in the transaction that writes the attempt, llm_accounts/schema.py), and the one
+query that lists attempts walks the partial ``attempt_open`` index a page at a time.
 """
+
+OPEN_PAGE = 100
+"""Rows per page of ``open_attempts``: the next page starts after the last ``attempt_id`` shown."""
 
 import dataclasses
 
 LEDGER_TABLES = ("account", "month", "attempt")
-"""A database holding these tables is a ledger and gets the queries."""
+"""A database holding these tables is a ledger."""
+
+TOTALS_TABLES = ("day", "month_outcome")
+"""The totals the queries read. A ledger written by an older llm-accounts gains them (filled from
+its rows) the next time any ``llm accounts`` command opens it; until then it gets no queries."""
 
 DATABASE_NAMES = ("accounts-ledger", "ledger")
 """Database names ``metadata.yml`` covers: the default ledger file and ``ledger.db``."""
@@ -65,17 +78,7 @@ SPEND_BY_MONTH = Query(
         "calendar month. Open ceilings are reserved for attempts whose outcome is not known yet."
     ),
     params=("account", "month"),
-    sql=f"""with settled as (
-  select provider, account, month_utc, sum(cost_nusd) as nusd
-  from attempt where state = 'settled'
-  group by provider, account, month_utc
-),
-reserved as (
-  select provider, account, month_utc, sum(ceiling_nusd) as nusd
-  from attempt where state = 'open'
-  group by provider, account, month_utc
-),
-adjusted as (
+    sql=f"""with adjusted as (
   select provider, account, month_utc, sum(delta_nusd) as nusd
   from adjustment where month_utc is not null
   group by provider, account, month_utc
@@ -85,13 +88,9 @@ spend as (
     month.name as account,
     month.month_utc,
     month.budget_nusd,
-    coalesce(settled.nusd, 0) + coalesce(adjusted.nusd, 0) as settled_nusd,
-    coalesce(reserved.nusd, 0) as open_nusd
+    month.settled_nusd + coalesce(adjusted.nusd, 0) as settled_nusd,
+    month.open_nusd
   from month
-  left join settled on settled.provider = month.provider
-    and settled.account = month.name and settled.month_utc = month.month_utc
-  left join reserved on reserved.provider = month.provider
-    and reserved.account = month.name and reserved.month_utc = month.month_utc
   left join adjusted on adjusted.provider = month.provider
     and adjusted.account = month.name and adjusted.month_utc = month.month_utc
   where (:account = '' or month.name = :account)
@@ -127,16 +126,6 @@ SPEND_TODAY = Query(
 period as (
   select day_utc, strftime('%Y-%m', day_utc, '+1 day') as month_utc from chosen
 ),
-today as (
-  select
-    attempt.provider,
-    attempt.account,
-    count(*) as attempts,
-    coalesce(sum(case when state = 'settled' then cost_nusd end), 0) as settled_nusd,
-    coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
-  from attempt join period on attempt.day_utc = period.day_utc
-  group by attempt.provider, attempt.account
-),
 totals as (
   select
     account.name as account,
@@ -151,7 +140,8 @@ totals as (
   join period
   left join month on month.provider = account.provider
     and month.name = account.name and month.month_utc = period.month_utc
-  left join today on today.provider = account.provider and today.account = account.name
+  left join day as today on today.day_utc = period.day_utc
+    and today.provider = account.provider and today.account = account.name
   where (:account = '' or account.name = :account)
     and (account.removed_at is null or today.attempts > 0)
 )
@@ -174,15 +164,21 @@ OPEN_ATTEMPTS = Query(
         "Attempts whose outcome is unknown (a 5xx, a transport failure after the request left, "
         "a broken stream, a cancellation, or a process that stopped mid-request), oldest first. "
         "Each keeps its ceiling reserved against the budget until it is reconciled with "
-        "'llm accounts reconcile'. An empty outcome means none was recorded yet."
+        "'llm accounts reconcile'. An empty outcome means none was recorded yet. "
+        f"{OPEN_PAGE} per page, in the order they were admitted: for the next page, give the "
+        "last attempt_id shown as 'after'."
     ),
-    params=("account",),
+    params=("account", "after"),
     sql=f"""with unknown as (
   select
+    rowid as admitted,
     *,
     cast((julianday('now') - julianday(created_at)) * 1440 as integer) as minutes
   from attempt
   where state = 'open' and (:account = '' or account = :account)
+    and (:after = '' or rowid > (select rowid from attempt where id = :after))
+  order by rowid
+  limit {OPEN_PAGE}
 )
 select
   id as attempt_id,
@@ -197,7 +193,7 @@ select
   {usd_sql("ceiling_nusd")} as ceiling_usd,
   client
 from unknown
-order by created_at, id""",
+order by admitted""",
 )
 
 ATTEMPTS_BY_OUTCOME = Query(
@@ -213,13 +209,14 @@ ATTEMPTS_BY_OUTCOME = Query(
     account,
     month_utc,
     state,
-    outcome,
-    count(*) as attempts,
-    coalesce(sum(cost_nusd), 0) as cost_nusd,
-    coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
-  from attempt
+    nullif(outcome, '') as outcome,
+    sum(attempts) as attempts,
+    sum(cost_nusd) as cost_nusd,
+    sum(open_nusd) as open_nusd
+  from month_outcome
   where (:account = '' or account = :account) and (:month = '' or month_utc = :month)
-  group by provider, account, month_utc, state, outcome
+  group by provider, account, month_utc, state, month_outcome.outcome
+  having sum(attempts) > 0
 )
 select
   account,
@@ -238,23 +235,24 @@ REJECTION_CLASSES = Query(
     title="Rejections by class",
     description=(
         "Refused attempts per account and credit period, by the provider's documented error "
-        "type and the rejection class. Only these closed-set values are stored "
+        "type and the rejection class, with when the latest was recorded. Only these closed-set values are stored "
         "(docs/errors.md \"Rejection classes\"); the provider's message never is."
     ),
     params=("account", "month"),
     sql="""select
   account,
   month_utc as credit_period,
-  provider_error_type,
-  rejection_class,
-  count(*) as attempts,
-  group_concat(distinct http_status) as http_statuses,
-  max(created_at) as last_at
-from attempt
-where (provider_error_type is not null or rejection_class is not null)
+  nullif(provider_error_type, '') as provider_error_type,
+  nullif(rejection_class, '') as rejection_class,
+  sum(attempts) as attempts,
+  group_concat(distinct nullif(http_status, 0)) as http_statuses,
+  max(last_at) as last_at
+from month_outcome
+where (provider_error_type != '' or rejection_class != '')
+  and attempts > 0
   and (:account = '' or account = :account)
   and (:month = '' or month_utc = :month)
-group by provider, account, month_utc, provider_error_type, rejection_class
+group by provider, account, month_utc, month_outcome.provider_error_type, month_outcome.rejection_class
 order by credit_period desc, account, attempts desc, provider_error_type, rejection_class""",
 )
 

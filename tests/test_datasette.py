@@ -103,7 +103,10 @@ def build_ledger(path, now=NOW, wall=None):
                  removed_at=None, created_at=created)
         )
     months = set()
-    for (id_, account, at, state, outcome, cost, ceiling, error_type, rejection, failure, status) in attempts(now):
+    # In admission order, as a ledger writes them (its lists follow the rowid).
+    for (id_, account, at, state, outcome, cost, ceiling, error_type, rejection, failure, status) in sorted(
+        attempts(now), key=lambda attempt: attempt[2]
+    ):
         month = clock.credit_month(at)
         if (account, month) not in months:
             months.add((account, month))
@@ -482,7 +485,8 @@ async def test_dashboard_shows_each_account_with_its_money(ds, at_now):
     assert account_row(html, "alpha").startswith("alpha ok $50.00 $4.00 $2.00 $44.00 12.0% $2.25 $1.50 open $10.00")
     assert "$20.00 $19.75 $0.25 $0.00 100.0%" in account_row(html, "beta")
     assert "$5.00 $5.50 $0.00 -$0.50 110.0%" in account_row(html, "delta")
-    assert "$100.00 $0.00 $0.00 $100.00 0.0%" in account_row(html, "gamma")
+    # gamma's one settled nanodollar would read $0.00 like omega's nothing: it keeps its digits.
+    assert "$100.00 $0.000000001 $0.00 $100.00 0.0%" in account_row(html, "gamma")
 
 
 @pytest.mark.asyncio
@@ -552,8 +556,10 @@ async def test_dashboard_leaves_out_databases_without_the_ledger(tmp_path, at_no
 
 @pytest.mark.asyncio
 async def test_dashboard_of_an_empty_ledger_says_accounts_appear_after_the_first_call(ledger_path):
-    ledger_path.parent.mkdir(parents=True)
-    sqlite_utils.Database(ledger_path).executescript(schema.TABLES)
+    from llm_accounts.ledger import Ledger
+
+    with Ledger(ledger_path) as empty:
+        assert empty.status(()) == []
     html = await dashboard_html(Datasette([str(ledger_path)]))
     assert "No accounts in this ledger yet" in html
     assert 'href="/accounts-ledger/spend_by_month"' in html
