@@ -29,10 +29,11 @@ class Rung:
 
 
 def quote_for(model_id, revision=None, max_tokens=None):
-    """The quote of a prompt on ``model_id`` without -o max_tokens: its ceiling depends only on
-    the model and max_tokens, so any text gives the same one."""
+    """The quote of a prompt on ``model_id`` (at the model's default max_tokens unless given):
+    its ceiling depends only on the model and max_tokens, so any text gives the same one."""
     from . import pricing
-    from .payload import DEFAULT_MAX_TOKENS, freeze
+    from .capabilities import for_model
+    from .payload import freeze
 
     revision = revision or pricing.current_revision()
     model = revision.model(model_id)
@@ -44,7 +45,7 @@ def quote_for(model_id, revision=None, max_tokens=None):
         )
     body = {
         "model": model.id,
-        "max_tokens": max_tokens or DEFAULT_MAX_TOKENS,
+        "max_tokens": max_tokens or for_model(model.id).default_max_tokens,
         "messages": [{"role": "user", "content": "ladder"}],
     }
     return pricing.quote(freeze(body), revision)

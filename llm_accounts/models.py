@@ -17,11 +17,14 @@ from typing import Optional, Union
 import httpx
 import llm
 
+from llm.parts import StreamEvent
+
 from . import classify, payload, scrub, transport
+from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async
-from .options import RoutedOptions, check_prompt, not_utf8
+from .options import RoutedOptions, check_prompt, not_utf8, options_for
 from .retries import DEFAULT_RETRIES, parse_retry_after
 from .wire import message_problem, usage_problem
 
@@ -41,9 +44,12 @@ class _Shared:
     attachment_types = ATTACHMENT_TYPES
     Options = RoutedOptions
 
-    def __init__(self, model_id, claude_model_id):
+    def __init__(self, model_id, claude_model_id, capabilities=None):
         self.model_id = model_id
         self.claude_model_id = claude_model_id
+        # What llm-anthropic's entry for the same model accepts (docs/architecture.md "Model ids").
+        self.capabilities = capabilities or for_model(claude_model_id)
+        self.Options = options_for(self.capabilities)
         # The scope of prompts that have no llm conversation (docs/architecture.md "Scope").
         self.instance_id = str(uuid.uuid4())
 
@@ -67,15 +73,28 @@ class _Shared:
         from .declarations import load_declaration
 
         check_prompt(prompt)
+        built = payload.build_body(
+            prompt,
+            self.claude_model_id,
+            stream=stream,
+            capabilities=self.capabilities,
+            hide_reasoning=bool(getattr(prompt, "hide_reasoning", False)),
+        )
         try:
-            body = payload.freeze(payload.build_body(prompt, self.claude_model_id, stream=stream))
+            body = payload.freeze(built)
         except UnicodeEncodeError:
             raise not_utf8("conversation") from None
+        options = prompt.options
+        request = Prepared(
+            body,
+            tuple(payload.beta_headers(built, self.capabilities)),
+            options.prefill if options.prefill and not options.hide_prefill else "",
+        )
         declaration = load_declaration()
         if not declaration.routed:
             from .routing import UnroutedCall
 
-            return UnroutedCall(key), body
+            return UnroutedCall(key), request
         from .ledger import Ledger
         from .routing import RoutedCall, scope_for
 
@@ -89,7 +108,7 @@ class _Shared:
                 client=prompt.options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None,
                 retries=DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries,
             ),
-            body,
+            request,
         )
 
     def _finish(self, response, call, attempt, message, secret_text, request_id):
@@ -129,6 +148,69 @@ class _Shared:
         if isinstance(served, str) and call.revision_knows(served):
             # Only a model the price revision names: never provider text of another shape.
             response.set_resolved_model(served)
+        if message.get("stop_reason") == "refusal":
+            return refusal(message, secret_text, attempt)
+        return None
+
+
+class Prepared:
+    """One prompt's request: the frozen body, its beta headers, and the prefill llm shows first."""
+
+    __slots__ = ("body", "betas", "prefill")
+
+    def __init__(self, body, betas, prefill):
+        self.body, self.betas, self.prefill = body, betas, prefill
+
+    def prefill_events(self):
+        return [StreamEvent(type="text", chunk=self.prefill, part_index=0)] if self.prefill else []
+
+
+class RefusalError(AccountsError):
+    """A complete answer whose ``stop_reason`` is ``refusal``: the model declined (billed and
+    settled like any answer). ``category`` and ``explanation`` are the provider's, kept only when
+    they hold no run of the key."""
+
+    def __init__(self, message, *, category, explanation, **context):
+        super().__init__("request_rejected", message, **context)
+        self.category, self.explanation = category, explanation
+
+
+CATEGORY_RE = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+EXPLANATION_CHARS = 300
+
+
+def refusal(message, secret_text, attempt):
+    """The error a refusal raises once its answer is delivered, as llm-anthropic's
+    ``ClaudeRefusal`` words it; provider text is untrusted (docs/security.md "Provider strings")."""
+    details = message.get("stop_details")
+    details = details if isinstance(details, dict) else {}
+    holds = scrub.run_detector(secret_text) if secret_text else (lambda text: False)
+    category = details.get("category")
+    if not (isinstance(category, str) and CATEGORY_RE.fullmatch(category) and not holds(category)):
+        category = None
+    explanation = details.get("explanation")
+    if isinstance(explanation, str):
+        explanation = " ".join(explanation.split())
+        if holds(explanation) or not explanation.isprintable():
+            explanation = None
+        elif len(explanation) > EXPLANATION_CHARS:
+            explanation = explanation[: EXPLANATION_CHARS - 1] + "…"
+    else:
+        explanation = None
+    text = "Claude refused this request"
+    if category:
+        text += f" ({category})"
+    if explanation:
+        text += f": {explanation}"
+    if attempt.reservation is None:
+        return RefusalError(text, category=category, explanation=explanation)
+    return RefusalError(
+        f"{text} [account '{attempt.account}', attempt {attempt.id}, settled at its billed cost]",
+        category=category,
+        explanation=explanation,
+        account=attempt.account,
+        attempt_id=attempt.id,
+    )
 
 
 def set_usage(response, usage):
@@ -236,11 +318,22 @@ class RoutedError(AccountsError, llm.ModelError):
     model's errors; its code, account and attempt are those of the ``AccountsError``."""
 
 
+class RoutedRefusal(RoutedError):
+    """``stop_reason: refusal``, raised after the answer (often empty) was delivered and its
+    attempt settled, as llm-anthropic raises ``ClaudeRefusal``."""
+
+    def __init__(self, code, message, *, category=None, explanation=None, **context):
+        super().__init__(code, message, **context)
+        self.category, self.explanation = category, explanation
+        self.stop_details = {name: value for name, value in (("category", category), ("explanation", explanation)) if value}
+
+
 def routed_error(error):
     """A fresh ``RoutedError``: no traceback or context from the frames that held the key."""
-    return RoutedError(
-        error.code, error.message, account=error.account, attempt_id=error.attempt_id, http_status=error.http_status
-    )
+    context = dict(account=error.account, attempt_id=error.attempt_id, http_status=error.http_status)
+    if isinstance(error, RefusalError):
+        return RoutedRefusal(error.code, error.message, category=error.category, explanation=error.explanation, **context)
+    return RoutedError(error.code, error.message, **context)
 
 
 class _End:
@@ -272,34 +365,36 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
     def _routed(self, prompt, stream, response, conversation, key, end):
         try:
-            call, body = self._prepare(prompt, stream, conversation, key)
+            call, request = self._prepare(prompt, stream, conversation, key)
             del key  # an unrouted call keeps it wrapped; no frame of ours holds it bare
             url = transport.messages_url()
-            with transport.client() as http:
-                while True:
-                    yield from self._attempt(http, url, call, body, stream, response, end)
-                    if not end.again:
-                        return
-                    end.again = False
-                    wait = call.take_wait()
-                    if wait:
-                        time.sleep(wait)  # a backoff or a cooldown, bounded (docs/architecture.md "Retries")
+            http = transport.shared_client()
+            while True:
+                yield from self._attempt(http, url, call, request, stream, response, end)
+                if not end.again:
+                    return
+                end.again = False
+                wait = call.take_wait()
+                if wait:
+                    time.sleep(wait)  # a backoff or a cooldown, bounded (docs/architecture.md "Retries")
         except AccountsError as error:
             end.fail(error)
 
-    def _attempt(self, http, url, call, body, stream, response, end):
+    def _attempt(self, http, url, call, request, stream, response, end):
         attempt = call.begin()
         if attempt is None:  # wait, then reserve again
             end.again = True
             return
         try:
-            yield from self._send(http, url, call, attempt, body, stream, response, end)
+            yield from self._send(http, url, call, attempt, request, stream, response, end)
         except AccountsError as error:
             end.fail(_unrecorded(attempt, error))
 
-    def _send(self, http, url, call, attempt, body, stream, response, end):
+    def _send(self, http, url, call, attempt, prepared, stream, response, end):
         secret_text = attempt.secret.reveal()
-        request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
+        request = http.build_request(
+            "POST", url, content=prepared.body, headers=transport.headers(attempt.secret, stream=stream, betas=prepared.betas)
+        )
         failure = None
         try:
             resp = http.send(request, stream=True)
@@ -324,7 +419,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 return
             request_id = resp.headers.get("request-id")
             if stream:
-                yield from self._stream(resp, call, attempt, response, secret_text, request_id, end)
+                yield from self._stream(resp, call, attempt, prepared, response, secret_text, request_id, end)
                 return
             try:
                 message = _parsed(resp.read())
@@ -337,14 +432,19 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 raise
             # Settled before the answer is yielded: a consumer that stops reading early leaves
             # nothing open that the provider already answered in full.
-            self._finish(response, call, attempt, message, secret_text, request_id)
+            refused = self._finish(response, call, attempt, message, secret_text, request_id)
+            yield from prepared.prefill_events()
             yield from message_events(message, secret_text)
+            if refused is not None:
+                end.fail(refused)
         finally:
             resp.close()
 
-    def _stream(self, resp, call, attempt, response, secret_text, request_id, end):
+    def _stream(self, resp, call, attempt, prepared, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
+        refused = None
         try:
+            yield from prepared.prefill_events()
             for line in resp.iter_lines():
                 yield from reader.feed(line)
                 if reader.done:
@@ -366,7 +466,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
         # nothing open that the provider already answered in full.
         if reader.complete:
             try:
-                self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
+                refused = self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
             except AccountsError as error:
                 end.fail(error)  # raised once the held text below is shown
         else:
@@ -374,6 +474,8 @@ class RoutedClaude(_Shared, llm.KeyModel):
             call.stream_failed(attempt, outcome, failure)
             end.decide(_stream_failure(attempt, outcome, reader.malformed))
         yield from reader.finish()
+        if refused is not None:
+            end.fail(refused)
 
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
@@ -388,23 +490,23 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
     async def _routed(self, prompt, stream, response, conversation, key, end):
         try:
-            call, body = await run_async(self._prepare, prompt, stream, conversation, key)
+            call, request = await run_async(self._prepare, prompt, stream, conversation, key)
             del key
             url = transport.messages_url()
-            async with transport.async_client() as http:
-                while True:
-                    async for event in self._attempt(http, url, call, body, stream, response, end):
-                        yield event
-                    if not end.again:
-                        return
-                    end.again = False
-                    wait = call.take_wait()
-                    if wait:
-                        await asyncio.sleep(wait)
+            http = transport.shared_async_client()
+            while True:
+                async for event in self._attempt(http, url, call, request, stream, response, end):
+                    yield event
+                if not end.again:
+                    return
+                end.again = False
+                wait = call.take_wait()
+                if wait:
+                    await asyncio.sleep(wait)
         except AccountsError as error:
             end.fail(error)
 
-    async def _attempt(self, http, url, call, body, stream, response, end):
+    async def _attempt(self, http, url, call, request, stream, response, end):
         reserving = asyncio.ensure_future(run_async(call.begin))
         try:
             attempt = await asyncio.shield(reserving)
@@ -419,14 +521,16 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             end.again = True
             return
         try:
-            async for event in self._send(http, url, call, attempt, body, stream, response, end):
+            async for event in self._send(http, url, call, attempt, request, stream, response, end):
                 yield event
         except AccountsError as error:
             end.fail(_unrecorded(attempt, error))
 
-    async def _send(self, http, url, call, attempt, body, stream, response, end):
+    async def _send(self, http, url, call, attempt, prepared, stream, response, end):
         secret_text = attempt.secret.reveal()
-        request = http.build_request("POST", url, content=body, headers=transport.headers(attempt.secret, stream=stream))
+        request = http.build_request(
+            "POST", url, content=prepared.body, headers=transport.headers(attempt.secret, stream=stream, betas=prepared.betas)
+        )
         failure = None
         try:
             resp = await http.send(request, stream=True)
@@ -453,7 +557,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 return
             request_id = resp.headers.get("request-id")
             if stream:
-                async for event in self._stream(resp, call, attempt, response, secret_text, request_id, end):
+                async for event in self._stream(resp, call, attempt, prepared, response, secret_text, request_id, end):
                     yield event
                 return
             try:
@@ -465,15 +569,20 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             except asyncio.CancelledError:
                 await _shielded(call.stream_failed, attempt, "cancelled")
                 raise
-            await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
-            for event in message_events(message, secret_text):
+            refused = await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
+            for event in [*prepared.prefill_events(), *message_events(message, secret_text)]:
                 yield event
+            if refused is not None:
+                end.fail(refused)
         finally:
             await resp.aclose()
 
-    async def _stream(self, resp, call, attempt, response, secret_text, request_id, end):
+    async def _stream(self, resp, call, attempt, prepared, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
+        refused = None
         try:
+            for event in prepared.prefill_events():
+                yield event
             async for line in resp.aiter_lines():
                 for event in reader.feed(line):
                     yield event
@@ -494,7 +603,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             raise
         if reader.complete:
             try:
-                await _shielded(self._finish, response, call, attempt, reader.final_message(), secret_text, request_id)
+                refused = await _shielded(
+                    self._finish, response, call, attempt, reader.final_message(), secret_text, request_id
+                )
             except AccountsError as error:
                 end.fail(error)
         else:
@@ -503,6 +614,8 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             end.decide(_stream_failure(attempt, outcome, reader.malformed))
         for event in reader.finish():
             yield event
+        if refused is not None:
+            end.fail(refused)
 
 
 async def _shielded(fn, *args):
@@ -521,7 +634,9 @@ async def _outcome_of(task):
 
 def model_pairs(revision, default_model):
     """(sync, async, aliases) for ``claude-routed`` and every active model of the revision."""
-    yield RoutedClaude(ROUTED_ID, default_model), AsyncRoutedClaude(ROUTED_ID, default_model), ()
+    known = revision.model(default_model)
+    caps = for_model(known.id if known is not None else default_model)
+    yield RoutedClaude(ROUTED_ID, default_model, caps), AsyncRoutedClaude(ROUTED_ID, default_model, caps), ()
     for model in revision.models.values():
         if model.status == "retired":
             continue

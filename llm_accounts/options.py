@@ -6,6 +6,7 @@ as one ``declaration_invalid`` line naming the option and the rule, never the va
 (which could be a key pasted in the wrong place). See docs/errors.md.
 """
 
+import enum
 import json
 import re
 from typing import Optional, Union
@@ -19,6 +20,10 @@ from . import payload
 from .errors import AccountsError
 from .retries import MAX_RETRIES
 from .records import CLIENT_RE
+
+
+# What pydantic reads as a boolean, so ``-o cache true`` means what it means for llm-anthropic.
+BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
 
 
 class Invalid:
@@ -56,13 +61,29 @@ class RoutedOptions(llm.Options):
         description="Custom text sequences that stop generation (a string or a JSON list)",
         default=None,
     )
-    cache: Optional[str] = Field(
-        description="Prompt caching: none, 5m or 1h (1h marks the system prompt for warm-prefix routing)",
+    user_id: Optional[str] = Field(
+        description="An opaque id for the end user of the request, sent as metadata.user_id",
         default=None,
     )
-    thinking: Optional[bool] = Field(description="Enable extended thinking", default=None)
+    prefill: Optional[str] = Field(description="Text the answer starts with (an assistant prefill)", default=None)
+    hide_prefill: Optional[bool] = Field(
+        description="Do not repeat the prefill at the start of the answer", default=None
+    )
+    cache: Optional[Union[bool, str]] = Field(
+        description="Prompt caching: none, 5m or 1h (1h marks the system prompt for warm-prefix routing); "
+        "true means 5m and false none, as in llm-anthropic",
+        default=None,
+    )
+    thinking: Optional[bool] = Field(
+        description="Thinking on or off (adaptive on models that support it; the Claude 5 models think unless this is false)",
+        default=None,
+    )
     thinking_budget: Optional[int] = Field(
-        description="Extended thinking token budget (at least 1024)", default=None
+        description="Extended thinking with this token budget (at least 1024; the budgeted mode on any model)",
+        default=None,
+    )
+    fast: Optional[bool] = Field(
+        description="Fast mode: refused, its rates are not in the shipped price revision", default=None
     )
     retries: Optional[int] = Field(
         description="Retries on the same account after a 429 or 529 or a connection that never sent the request, "
@@ -122,8 +143,28 @@ class RoutedOptions(llm.Options):
     @field_validator("cache")
     @classmethod
     def validate_cache(cls, value):
+        """llm-anthropic's boolean (``-o cache 1``) is a five-minute mark; off is ``none``."""
+        if isinstance(value, bool):
+            return "5m" if value else "none"
+        if isinstance(value, str) and value.lower() in BOOLEAN_WORDS:
+            return "5m" if BOOLEAN_WORDS[value.lower()] else "none"
         if value is not None and value not in payload.CACHE_TTLS:
-            raise ValueError("must be one of: none, 5m, 1h")
+            raise ValueError("must be one of: none, 5m, 1h (or true/false)")
+        return value
+
+    @field_validator("user_id")
+    @classmethod
+    def validate_user_id(cls, value):
+        # The provider's limit; and a key pasted here would be sent to the provider.
+        if value is not None and not (0 < len(value) <= 256 and value.isprintable() and "sk-ant" not in value.lower()):
+            raise ValueError("must be 1-256 printable characters, an opaque id such as a UUID or a hash")
+        return value
+
+    @field_validator("prefill")
+    @classmethod
+    def validate_prefill(cls, value):
+        if value is not None and not value.strip():
+            raise ValueError("must hold some text (the API refuses an answer prefilled with whitespace only)")
         return value
 
     @field_validator("account")
@@ -154,6 +195,31 @@ class RoutedOptions(llm.Options):
             return Invalid(_rule(error.errors()[0]))
 
 
+class ThinkingEffort(str, enum.Enum):
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+    MAX = "max"
+
+
+class RoutedOptionsWithEffort(RoutedOptions):
+    """The options of a model that takes ``output_config.effort`` (as llm-anthropic offers it)."""
+
+    thinking_effort: Optional[ThinkingEffort] = Field(
+        description="Thinking effort: low, medium, high, xhigh or max (sent as output_config.effort, with adaptive thinking)",
+        default=None,
+    )
+
+
+def options_for(capabilities):
+    return RoutedOptionsWithEffort if capabilities.effort else RoutedOptions
+
+
+# Options other models have, so a prompt that uses one on a model without it is told why.
+OTHER_MODELS_OPTIONS = {"thinking_effort": "this model does not take a thinking effort (models that do: llm models --options)"}
+
+
 def check_prompt(prompt):
     """Refuse, before anything is reserved, what no account should be charged for: an invalid
     option, options that exclude each other, an empty turn, text that is not UTF-8."""
@@ -163,6 +229,8 @@ def check_prompt(prompt):
         if isinstance(value, Invalid):
             raise AccountsError("declaration_invalid", f"option {name}: {value.rule} (see llm models --options)")
     for name in options.model_extra or {}:
+        if name in OTHER_MODELS_OPTIONS:
+            raise AccountsError("declaration_invalid", f"option {name}: {OTHER_MODELS_OPTIONS[name]}")
         shown = "an option name that looks like a key" if "sk-ant" in name.lower() else f"option {name}"
         raise AccountsError("declaration_invalid", f"{shown}: claude-routed has no such option (see llm models --options)")
     if options.temperature is not None and options.top_p is not None:

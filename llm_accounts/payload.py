@@ -9,10 +9,11 @@ import json
 from llm.models import ServerSideTool
 from llm.parts import AttachmentPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
+from . import structured
+from .capabilities import for_model
 from .errors import AccountsError
 
 ANTHROPIC_VERSION = "2023-06-01"
-DEFAULT_MAX_TOKENS = 4096
 DEFAULT_THINKING_BUDGET = 1024
 CACHE_TTLS = ("none", "5m", "1h")
 # --schema is sent as this forced tool; its input comes back to llm as the JSON text answer.
@@ -24,19 +25,29 @@ def freeze(body):
     return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-def build_body(prompt, model_id, *, stream):
-    """The request body for ``prompt`` on ``model_id``; raises ``declaration_invalid`` for bad combinations."""
+def build_body(prompt, model_id, *, stream, capabilities=None, hide_reasoning=False):
+    """The request body for ``prompt`` on ``model_id``, as llm-anthropic builds it for the same
+    model (``capabilities``); raises ``declaration_invalid`` for bad combinations."""
+    caps = capabilities or for_model(model_id)
     options = prompt.options
     if prompt.schema and prompt.tools:
         raise AccountsError("declaration_invalid", "--schema and tools cannot be used in the same prompt")
-    body = {"model": model_id, "max_tokens": options.max_tokens or DEFAULT_MAX_TOKENS}
+    if getattr(options, "fast", None):
+        raise AccountsError(
+            "unsupported_pricing",
+            "option fast: fast mode is billed at rates the shipped price revision does not hold; leave it off (docs/pricing.md)",
+        )
+    body = {"model": model_id, "max_tokens": options.max_tokens or caps.default_max_tokens}
+    if options.user_id:
+        body["metadata"] = {"user_id": options.user_id}
 
     system = _system_text(prompt)
-    cache = getattr(options, "cache", None) or "none"
+    cache = options.cache or "none"
+    native_schema = bool(prompt.schema) and caps.structured_outputs
 
     tools = []
-    if prompt.schema:
-        # A forced tool is the portable way to get schema-shaped JSON from every priced model.
+    if prompt.schema and not native_schema:
+        # A forced tool is the portable way to get schema-shaped JSON from the other models.
         tools.append(
             {
                 "name": SCHEMA_TOOL,
@@ -47,20 +58,22 @@ def build_body(prompt, model_id, *, stream):
         body["tool_choice"] = {"type": "tool", "name": SCHEMA_TOOL}
     for tool in prompt.tools or []:
         if isinstance(tool, ServerSideTool):
-            # Server tools are billed per use, which the price revision does not cover
-            # (docs/pricing.md "Refused before sending").
-            raise AccountsError(
-                "unsupported_pricing",
-                "server-side tools are not priced by the shipped price revision; use client tools",
-            )
+            raise AccountsError("unsupported_pricing", SERVER_TOOLS_REFUSED)
         tools.append(
             {"name": tool.name, "description": tool.description or "", "input_schema": tool.input_schema}
         )
 
-    messages = build_messages(prompt)
+    messages = build_messages(prompt, caps, model_id)
     if cache != "none":
         _mark_cache(body, tools, messages, system, cache)
         system = None if isinstance(body.get("system"), list) else system
+    if options.prefill:
+        if caps.adaptive:
+            raise AccountsError(
+                "declaration_invalid",
+                f"option prefill: {model_id} does not accept a prefilled answer; use --schema or instructions in the system prompt",
+            )
+        messages.append({"role": "assistant", "content": [{"type": "text", "text": options.prefill}]})
     if system:
         body["system"] = system
     if tools:
@@ -75,16 +88,69 @@ def build_body(prompt, model_id, *, stream):
         body["top_k"] = options.top_k
     if options.stop_sequences:
         body["stop_sequences"] = options.stop_sequences
-    if options.thinking or options.thinking_budget:
-        budget = options.thinking_budget or DEFAULT_THINKING_BUDGET
-        body["thinking"] = {"type": "enabled", "budget_tokens": budget}
-        if body["max_tokens"] <= budget:
+    thinking = _thinking(options, caps, model_id, body["max_tokens"], hide_reasoning)
+    if thinking is not None:
+        body["thinking"] = thinking
+    effort = getattr(options, "thinking_effort", None) if caps.effort else None
+    if effort:
+        body["output_config"] = {"effort": getattr(effort, "value", effort)}
+    if native_schema:
+        try:
+            body.setdefault("output_config", {})["format"] = structured.output_format(prompt.schema)
+        except (ValueError, TypeError, AttributeError):
             raise AccountsError(
-                "declaration_invalid", "options max_tokens and thinking_budget: max_tokens must be greater than thinking_budget"
-            )
+                "declaration_invalid", "--schema: each schema needs a type, anyOf, oneOf, allOf, const or enum"
+            ) from None
     if stream:
         body["stream"] = True
     return body
+
+
+def beta_headers(body, capabilities):
+    """The ``anthropic-beta`` values a body needs on its model (effort before adaptive thinking)."""
+    betas = []
+    if capabilities.effort_beta and "effort" in (body.get("output_config") or {}):
+        betas.append(capabilities.effort_beta)
+    return betas
+
+
+SERVER_TOOLS_REFUSED = (
+    "server-side tools (web search, web fetch, code execution, MCP) are billed per use on top of tokens, "
+    "which the shipped price revision does not price, so no ceiling could bound them; use client tools "
+    "(docs/pricing.md \"Refused before sending\")"
+)
+
+
+def _thinking(options, caps, model_id, max_tokens, hide_reasoning):
+    """The ``thinking`` field, as llm-anthropic decides it; ``thinking_budget`` (ours) asks for
+    the budgeted mode on any model."""
+    effort = caps.effort and getattr(options, "thinking_effort", None)
+    if options.thinking is False:
+        if caps.always_thinks:
+            raise AccountsError("declaration_invalid", f"option thinking: {model_id} always thinks; thinking cannot be turned off")
+        if options.thinking_budget:
+            raise AccountsError("declaration_invalid", "options thinking and thinking_budget: a budget needs thinking on")
+        return {"type": "disabled"}
+    if options.thinking_budget:
+        thinking = {"type": "enabled", "budget_tokens": options.thinking_budget}
+    elif options.thinking or effort:
+        adaptive = caps.adaptive or effort
+        thinking = {"type": "adaptive"} if adaptive else {"type": "enabled", "budget_tokens": DEFAULT_THINKING_BUDGET}
+    elif caps.thinks_by_default:
+        thinking = {"type": "adaptive"}
+    else:
+        return None
+    if thinking["type"] == "enabled" and max_tokens <= thinking["budget_tokens"]:
+        raise AccountsError(
+            "declaration_invalid", "options max_tokens and thinking_budget: max_tokens must be greater than thinking_budget"
+        )
+    if thinking["type"] == "adaptive":
+        # -R asks for no trace at all; otherwise the summarized trace, which newer models omit
+        # unless asked, so llm can show and log it.
+        thinking["display"] = "omitted" if hide_reasoning else "summarized"
+    elif hide_reasoning:
+        thinking["display"] = "omitted"
+    return thinking
 
 
 def _system_text(prompt):
@@ -112,14 +178,32 @@ def _mark_cache(body, tools, messages, system, ttl):
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
 
 
-def build_messages(prompt):
-    """``prompt.messages`` already holds the whole conversation (llm >= 0.32)."""
+def build_messages(prompt, capabilities=None, model_id=None):
+    """``prompt.messages`` already holds the whole conversation (llm >= 0.32).
+
+    The first message's system role is the top-level system prompt; a later one is sent inline
+    on models that accept it, moved after the user turn it precedes (the API wants a system
+    entry right after a user turn), as llm-anthropic does.
+    """
     out = []
     for index, message in enumerate(prompt.messages):
         if message.role == "system":
             if index == 0:
-                continue  # sent as the top-level system prompt
-            raise AccountsError("declaration_invalid", "only the first message may have the system role")
+                continue
+            if capabilities is None or not capabilities.system_messages:
+                raise AccountsError(
+                    "declaration_invalid",
+                    f"{model_id or 'this model'} takes a system message only as the first message; "
+                    "use a model that accepts later ones (claude-opus-4-8 and the Claude 5 family)",
+                )
+            texts = [{"type": "text", "text": part.text} for part in message.parts if isinstance(part, TextPart) and part.text]
+            if not texts:
+                continue
+            if out and out[-1]["role"] == "system":
+                out[-1]["content"].extend(texts)
+            else:
+                out.append({"role": "system", "content": texts})
+            continue
         blocks = [block for block in map(_block, message.parts) if block is not None]
         if message.role == "assistant":
             blocks = _drop_spacer_after_tool_use(blocks)
@@ -131,6 +215,9 @@ def build_messages(prompt):
             out[-1]["content"].extend(blocks)
         else:
             out.append({"role": role, "content": blocks})
+    for i in range(len(out) - 1):
+        if out[i]["role"] == "system" and out[i + 1]["role"] == "user":
+            out[i], out[i + 1] = out[i + 1], out[i]
     return out
 
 
@@ -172,10 +259,11 @@ def _block(part):
 
 
 def attachment_block(attachment):
-    """Attachments go inline as base64: URL and file sources are not priced (docs/pricing.md
-    "Refused before sending")."""
+    """An attachment given by URL is sent as its URL, as llm-anthropic sends it (the provider
+    fetches it; its tokens are input like any other); a file or content goes inline as base64."""
     media_type = attachment.resolve_type()
-    return {
-        "type": "document" if media_type == "application/pdf" else "image",
-        "source": {"type": "base64", "media_type": media_type, "data": attachment.base64_content()},
-    }
+    if attachment.url:
+        source = {"type": "url", "url": attachment.url}
+    else:
+        source = {"type": "base64", "media_type": media_type, "data": attachment.base64_content()}
+    return {"type": "document" if media_type == "application/pdf" else "image", "source": source}

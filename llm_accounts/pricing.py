@@ -71,7 +71,9 @@ PRICED_BLOCK_TYPES = frozenset(
         "redacted_thinking",
     }
 )
-PRICED_SOURCE_TYPES = ("base64", "text")
+# A URL source is fetched by the provider and billed as input tokens like an inline one; a
+# Files API source is not priced (docs/pricing.md "Refused before sending").
+PRICED_SOURCE_TYPES = ("base64", "text", "url")
 CACHE_TTLS = ("5m", "1h")
 
 # Usage values that mean standard rates; anything else is an unknown rate modifier that keeps
@@ -407,7 +409,7 @@ def _check_features(request, revision):
             if not isinstance(source, dict) or source.get("type") not in PRICED_SOURCE_TYPES:
                 _refuse(
                     f"{where}.source",
-                    "only base64 and text sources are priced; URL and file sources are not",
+                    "only base64, text and URL sources are priced; Files API sources are not",
                     revision,
                 )
         if "cache_control" in block:

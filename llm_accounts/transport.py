@@ -7,9 +7,11 @@ key").
 """
 
 import asyncio
+import atexit
 import dataclasses
 import errno
 import functools
+import http.cookiejar
 import ipaddress
 import logging
 import os
@@ -17,6 +19,7 @@ import socket
 import threading
 import time
 import urllib.parse
+import weakref
 
 import httpx
 
@@ -67,14 +70,17 @@ def messages_url(environ=None):
     return base_url(environ) + "/v1/messages"
 
 
-def headers(secret, *, stream):
+def headers(secret, *, stream, betas=()):
     """Request headers for one attempt; the only place a key is unwrapped."""
-    return {
+    out = {
         "x-api-key": secret.reveal(),
         "anthropic-version": ANTHROPIC_VERSION,
         "content-type": "application/json",
         "accept": "text/event-stream" if stream else "application/json",
     }
+    if betas:
+        out["anthropic-beta"] = ",".join(betas)
+    return out
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,14 +90,62 @@ def _ssl_context():
     return httpx.create_ssl_context()
 
 
+def _no_cookies():
+    # A cookie one account's answer sets must not ride along on another account's request: the
+    # shared pool keeps none (docs/security.md "Sending a key").
+    return http.cookiejar.CookieJar(policy=http.cookiejar.DefaultCookiePolicy(allowed_domains=[]))
+
+
 def client():
+    """A new client of its own (``llm accounts refresh-models``); prompts use ``shared_client``."""
     _quiet_header_traces()
-    return httpx.Client(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
+    return httpx.Client(
+        timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context(), cookies=_no_cookies()
+    )
 
 
 def async_client():
     _quiet_header_traces()
-    return httpx.AsyncClient(timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context())
+    return httpx.AsyncClient(
+        timeout=TIMEOUT, trust_env=False, follow_redirects=False, verify=_ssl_context(), cookies=_no_cookies()
+    )
+
+
+_shared = {}  # pid -> httpx.Client
+_shared_async = weakref.WeakKeyDictionary()  # event loop -> httpx.AsyncClient
+_shared_lock = threading.Lock()
+
+
+def shared_client():
+    """The process's one connection pool for prompts (``llm chat``, loops in Python): prompts
+    reuse its connections instead of opening one each. It holds no key: the key is a header of
+    each request only, and no cookie is kept. A forked child makes its own."""
+    pid = os.getpid()
+    with _shared_lock:
+        pooled = _shared.get(pid)
+        if pooled is None or pooled.is_closed:
+            _shared.clear()
+            pooled = _shared[pid] = client()
+        return pooled
+
+
+def shared_async_client():
+    """The running event loop's one pool (an httpx.AsyncClient belongs to one loop)."""
+    loop = asyncio.get_running_loop()
+    with _shared_lock:
+        pooled = _shared_async.get(loop)
+        if pooled is None or pooled.is_closed:
+            pooled = _shared_async[loop] = async_client()
+        return pooled
+
+
+@atexit.register
+def _close_shared():
+    for pooled in list(_shared.values()):
+        try:
+            pooled.close()
+        except Exception:
+            pass
 
 
 class _BoundedBody:

@@ -12,9 +12,11 @@ from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 
-ALPHA = Account("alpha", "ALPHA_KEY", 10 * NANO)
-BETA = Account("beta", "BETA_KEY", 10 * NANO)
-GAMMA = Account("gamma", "GAMMA_KEY", 10 * NANO, rank=1)
+# Budgets well above a plain claude-routed ceiling ($7.92 at its default max_tokens of 128,000),
+# so a $3 spend changes the order, not whether an account can admit.
+ALPHA = Account("alpha", "ALPHA_KEY", 20 * NANO)
+BETA = Account("beta", "BETA_KEY", 20 * NANO)
+GAMMA = Account("gamma", "GAMMA_KEY", 20 * NANO, rank=1)
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 
 
@@ -46,7 +48,7 @@ def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path):
 
 def test_an_account_out_of_budget_is_not_available(ledger_path, at_now):
     save_accounts_file([ALPHA, BETA], None)
-    Ledger().adjust("spent", BETA, clock.credit_month(NOW), 10 * NANO, "test")
+    Ledger().adjust("spent", BETA, clock.credit_month(NOW), BETA.budget_nusd, "test")
     assert [(r["account"], r["reason"]) for r in ladder_json()] == [("alpha", "available"), ("beta", "budget reached")]
 
 

@@ -21,7 +21,7 @@ from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.payload import DEFAULT_MAX_TOKENS, freeze
+from llm_accounts.payload import freeze
 from llm_accounts.pricing import Quote, quote as price
 
 UTC = dt.timezone.utc
@@ -340,8 +340,12 @@ def test_a_version_1_ledger_gains_model_health_as_version_2_and_keeps_its_rows(t
 
 
 def default_quote(model):
-    """The quote of a prompt on ``model`` without -o max_tokens."""
-    body = {"model": model, "max_tokens": DEFAULT_MAX_TOKENS, "messages": [{"role": "user", "content": "hi"}]}
+    """The quote of a prompt on ``model`` without -o max_tokens (llm-anthropic's default for it)."""
+    from llm_accounts.capabilities import for_model
+    from llm_accounts.pricing import current_revision
+
+    max_tokens = for_model(current_revision().model(model).id).default_max_tokens
+    body = {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}]}
     return price(freeze(body))
 
 

@@ -293,10 +293,9 @@ UNPRICED = {
     "batch tier": dict(service_tier="batch"),
     "batch request": dict(requests=[{"custom_id": CANARY}]),
     "unknown field": {CANARY: True},
-    "image url": dict(messages=[_image({"type": "url", "url": f"https://x/{CANARY}"})]),
     "image file": dict(messages=[_image({"type": "file", "file_id": CANARY})]),
-    "document url": dict(messages=[{"role": "user", "content": [{"type": "document", "source": {"type": "url", "url": CANARY}}]}]),
-    "nested url": dict(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {"type": "url", "url": CANARY}}]}]}]),
+    "document file": dict(messages=[{"role": "user", "content": [{"type": "document", "source": {"type": "file", "file_id": CANARY}}]}]),
+    "nested file": dict(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [{"type": "image", "source": {"type": "file", "file_id": CANARY}}]}]}]),
     "server block": dict(messages=[{"role": "assistant", "content": [{"type": "server_tool_use", "id": CANARY}]}]),
     "cache ttl": dict(system=[{"type": "text", "text": CANARY, "cache_control": {"type": "ephemeral", "ttl": "24h"}}]),
     "top-level cache ttl": dict(cache_control={"type": "ephemeral", "ttl": CANARY}),
@@ -308,6 +307,13 @@ UNPRICED = {
 def test_each_unpriced_feature_is_refused_without_repeating_request_content(feature):
     body = json.dumps([CANARY]).encode() if UNPRICED[feature] is None else request(**UNPRICED[feature])
     refusal(body)
+
+
+@pytest.mark.parametrize("kind", ["image", "document"])
+def test_a_url_source_is_priced_like_an_inline_one(kind):
+    # The provider fetches it and bills its tokens as input, which the window already bounds.
+    url_body = request(messages=[{"role": "user", "content": [{"type": kind, "source": {"type": "url", "url": "https://example.com/a"}}]}])
+    assert quote(url_body).ceiling_nusd == quote(request()).ceiling_nusd
 
 
 def test_body_that_is_not_json_is_refused():

@@ -23,7 +23,9 @@ usage_limit_reached (400, regain date: the 1st of next month); prompt_too_long (
 max_tokens_too_large (400); stream_error (streamed: some deltas then an ``error`` event, no
 message_stop; otherwise 529); slow (``delay`` seconds before the headers and between events);
 drop (streamed: some deltas then the connection closes mid-body; otherwise it closes with no
-response); echo_key (the reply text quotes the request's key, split across text deltas).
+response); echo_key (the reply text quotes the request's key, split across text deltas);
+refusal (200 with no content, ``stop_reason: refusal`` and ``stop_details``, as a safety
+classifier declines).
 GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
 forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
 

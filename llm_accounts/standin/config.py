@@ -23,6 +23,7 @@ BEHAVIOURS = (
     "slow",
     "drop",
     "echo_key",
+    "refusal",
 )
 
 KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after")

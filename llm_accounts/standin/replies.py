@@ -39,6 +39,7 @@ class Reply:
     stop_reason: str
     stop_sequence: object
     output_tokens: int
+    stop_details: object = None
 
 
 def pieces(text, sizes=PIECE_SIZES):
@@ -133,8 +134,18 @@ def _earliest_stop(text, stop_sequences):
     return found
 
 
-def plan_reply(body, new_id, echo=None):
-    """Plan the reply to a validated Messages request. ``echo`` is the key, for echo_key only."""
+REFUSAL_DETAILS = {
+    "type": "refusal",
+    "category": "cyber",
+    "explanation": "The stand-in's refusal behaviour declined this request.",
+}
+
+
+def plan_reply(body, new_id, echo=None, refuse=False):
+    """Plan the reply to a validated Messages request. ``echo`` is the key, for echo_key only;
+    ``refuse`` answers as a safety classifier that declines: no content, ``stop_reason: refusal``."""
+    if refuse:
+        return Reply([], "refusal", None, 1, dict(REFUSAL_DETAILS))
     messages = body["messages"]
     budget = body["max_tokens"]
     user_text = _last_user_text(messages)
@@ -153,6 +164,9 @@ def plan_reply(body, new_id, echo=None):
         text = "The tool returned: " + " ".join(_result_text(result) for result in results)[:QUOTE_CHARS]
     elif tool is not None:
         text = None if choice.get("type") in ("any", "tool") else f"I'll use the {tool['name']} tool."
+    elif isinstance((body.get("output_config") or {}).get("format"), dict):
+        # Native structured output: the answer is JSON text matching the schema.
+        text = json.dumps(example_value(body["output_config"]["format"].get("schema") or {}), ensure_ascii=False)
     else:
         text = f"Stand-in reply to: {user_text[:QUOTE_CHARS] or '(no text)'}"
 

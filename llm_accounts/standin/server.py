@@ -90,6 +90,8 @@ class StandIn:
         self._labels = {state.label: state for state in self._keys.values()}
         self._stopping = threading.Event()
         self._connections = set()
+        # Connections accepted so far: bench/overhead.py reads how many prompts share one.
+        self.connections_opened = 0
         self._thread = None
         bind = "127.0.0.1" if host == "localhost" else host.strip("[]")
         family = socket.AF_INET6 if ":" in bind else socket.AF_INET
@@ -197,6 +199,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self.standin._connections.add(self.connection)
+        with self.standin._lock:
+            self.standin.connections_opened += 1
 
     def finish(self):
         try:
@@ -413,7 +417,12 @@ class _Exchange:
         plan = self.standin.cache.plan(
             self.key.organization, model.id, units, points, model.min_cache_tokens if minimum is None else minimum
         )
-        reply = plan_reply(body, self.standin._new_id, echo=self.presented if behaviour == "echo_key" else None)
+        reply = plan_reply(
+            body,
+            self.standin._new_id,
+            echo=self.presented if behaviour == "echo_key" else None,
+            refuse=behaviour == "refusal",
+        )
         message_id = self.standin._new_id("msg")
         self.entry["usage"] = wire.usage(plan, reply.output_tokens)
         delay = self.key.delay if behaviour == "slow" else 0.0
@@ -426,7 +435,7 @@ class _Exchange:
         else:
             content = [block.final for block in reply.blocks]
             self._send_json(200, wire.message(model.id, message_id, content, reply.stop_reason, reply.stop_sequence,
-                                              self.entry["usage"]), total_input=total)
+                                              self.entry["usage"], reply.stop_details), total_input=total)
 
     def _count_tokens(self, raw):
         body = self._json_body(raw)

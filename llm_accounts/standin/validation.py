@@ -11,6 +11,7 @@ from .tokens import prompt_units
 
 # Removed in anthropic-version 2026-10-21 (reference section 6); the 400's text is UNVERIFIED.
 REMOVED_IN_2026_10_21 = ("temperature", "top_p", "top_k")
+EFFORTS = ("low", "medium", "high", "xhigh", "max")
 
 
 class Refusal(Exception):
@@ -48,6 +49,11 @@ def validate(body, *, messages, version):
     if not history:
         raise bad("messages: at least one message is required")
     for index, message in enumerate(history):
+        if isinstance(message, dict) and message.get("role") == "system":
+            # Mid-conversation system messages: only right after a user turn (reference section 1).
+            if index == 0 or not isinstance(history[index - 1], dict) or history[index - 1].get("role") != "user":
+                raise bad(f"messages.{index}.role: a system message must follow a user message")
+            continue
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
             raise bad(f"messages.{index}.role: Input should be 'user' or 'assistant'")
         if not isinstance(message.get("content"), (str, list)):
@@ -79,6 +85,22 @@ def validate(body, *, messages, version):
                 "at https://docs.claude.com/en/docs/build-with-claude/extended-thinking"
                 "#max-tokens-and-context-window-size"
             )
+    config = body.get("output_config")
+    if config is not None:
+        if not isinstance(config, dict):
+            raise bad("output_config: Input should be a valid dictionary")
+        if "effort" in config and config["effort"] not in EFFORTS:
+            raise bad(f"output_config.effort: Input should be {', '.join(repr(each) for each in EFFORTS)}")
+        fmt = config.get("format")
+        if fmt is not None and not (isinstance(fmt, dict) and fmt.get("type") == "json_schema" and isinstance(fmt.get("schema"), dict)):
+            raise bad("output_config.format: Input should be a json_schema format with a schema object")
+    if isinstance(thinking, dict) and thinking.get("type") not in ("enabled", "adaptive", "disabled"):
+        raise bad("thinking.type: Input should be 'enabled', 'adaptive' or 'disabled'")
+    if isinstance(thinking, dict) and thinking.get("display") not in (None, "summarized", "omitted"):
+        raise bad("thinking.display: Input should be 'summarized' or 'omitted'")
+    metadata = body.get("metadata")
+    if metadata is not None and not (isinstance(metadata, dict) and isinstance(metadata.get("user_id", ""), str)):
+        raise bad("metadata.user_id: Input should be a valid string")
     if version == "2026-10-21":
         for name in REMOVED_IN_2026_10_21:
             if name in body:

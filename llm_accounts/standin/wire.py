@@ -145,8 +145,8 @@ def delta_usage(plan, output_tokens):
     }
 
 
-def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object):
-    return {
+def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None):
+    out = {
         "model": model_id,
         "id": message_id,
         "type": "message",
@@ -156,6 +156,9 @@ def message(model_id, message_id, content, stop_reason, stop_sequence, usage_obj
         "stop_sequence": stop_sequence,
         "usage": usage_object,
     }
+    if stop_details is not None:
+        out["stop_details"] = stop_details
+    return out
 
 
 def sse(name, payload, pad=0):
@@ -197,7 +200,8 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
         return events
     events.append(("message_delta", {
         "type": "message_delta",
-        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence},
+        "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence,
+                  **({"stop_details": reply.stop_details} if reply.stop_details is not None else {})},
         "usage": delta_usage(plan, reply.output_tokens),
     }))
     events.append(("message_stop", {"type": "message_stop"}))
