@@ -82,6 +82,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/architecture.md "Warm prefixes")
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
+# Whether a new conversation's selection reads the warm-prefix index. Always on; only
+# bench/warm_prefix.py turns it off, to measure what affinity is worth (docs/performance.md
+# "Warm-prefix affinity"). Rows are written and cleared either way.
+WARM_AFFINITY = True
 
 
 # ---------------------------------------------------------------------------------------------
@@ -591,7 +595,7 @@ class Ledger:
             raise AccountsError(code, f"no account can take a new conversation: {reasons}")
         warm = set()
         cert = getattr(quote, "cert", None)
-        if cert is not None:
+        if cert is not None and WARM_AFFINITY:
             for row in conn.execute(
                 "SELECT account, expires_at FROM warm_prefix WHERE provider = ? AND cert = ?", (provider, cert)
             ):
