@@ -460,3 +460,23 @@ def test_llm_c_over_the_token_cap_is_refused_with_the_exact_message(accounts, le
         "a conversation never moves by itself (llm accounts rebind moves it)"
     )
     assert len(accounts.requests) == 1
+
+
+def test_a_ledger_gaining_the_token_columns_fills_settled_tokens_from_stored_usage(tmp_path):
+    path = tmp_path / "ledger.db"
+    work = token_capped()
+    with Ledger(path) as ledger:
+        ledger.reserve(conv("c1"), "a1", quote(10_000), [work], client="ci", now=T0)
+        ledger.settle("a1", complete(input_=7, written=3, read=20, output=70), now=T0)
+        ledger.reserve(conv("c2"), "a2", quote(10_000), [work], client="ci", now=T0)
+        ledger.settle("a2", NotSent(), now=T0)
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE attempt DROP COLUMN tokens")
+    db.execute("ALTER TABLE attempt DROP COLUMN ceiling_tokens")
+    db.commit()
+    db.close()
+    with Ledger(path) as ledger:
+        rows = dict(ledger._conn.execute("SELECT id, tokens FROM attempt").fetchall())
+        (cap,) = ledger.status([work], now=T0)[0].client_caps
+    assert rows == {"a1": 100, "a2": 0}
+    assert cap.tokens_used == 100
