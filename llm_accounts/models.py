@@ -445,7 +445,8 @@ class RoutedClaude(_Shared, llm.KeyModel):
         refused = None
         try:
             yield from prepared.prefill_events()
-            for line in resp.iter_lines():
+            lines = resp.iter_lines()
+            for line in lines:
                 yield from reader.feed(line)
                 if reader.done:
                     break
@@ -469,6 +470,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 refused = self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
             except AccountsError as error:
                 end.fail(error)  # raised once the held text below is shown
+            transport.drain(resp, lines)  # settled first; then the connection can be reused
         else:
             outcome, failure = reader.failure()
             call.stream_failed(attempt, outcome, failure)
@@ -583,7 +585,8 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         try:
             for event in prepared.prefill_events():
                 yield event
-            async for line in resp.aiter_lines():
+            lines = resp.aiter_lines()
+            async for line in lines:
                 for event in reader.feed(line):
                     yield event
                 if reader.done:
@@ -608,6 +611,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 )
             except AccountsError as error:
                 end.fail(error)
+            await transport.adrain(lines)
         else:
             outcome, failure = reader.failure()
             await _shielded(call.stream_failed, attempt, outcome, failure)

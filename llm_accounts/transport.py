@@ -215,6 +215,54 @@ def read_refusal(response):
     return body.info()
 
 
+DRAIN_BYTES = 64 * 1024
+DRAIN_SECONDS = 1.0
+
+
+def drain(response, lines):
+    """Read what is left of a stream after ``message_stop`` (normally the chunked body's end), so
+    its connection goes back to the pool; a server that sends more, or stalls, loses the
+    connection instead (a timer shuts it down, as in ``read_refusal``)."""
+    sock = _socket_of(response)
+    timer = None
+    if sock is not None:
+        timer = threading.Timer(DRAIN_SECONDS, _shut, (sock,))
+        timer.daemon = True
+        timer.start()
+    size = 0
+    try:
+        for line in lines:
+            size += len(line) + 1
+            if size > DRAIN_BYTES:
+                break
+    except httpx.HTTPError:
+        pass
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+async def adrain(lines):
+    async def read():
+        size = 0
+        async for line in lines:
+            size += len(line) + 1
+            if size > DRAIN_BYTES:
+                break
+
+    try:
+        await asyncio.wait_for(read(), DRAIN_SECONDS)
+    except (asyncio.TimeoutError, httpx.HTTPError):
+        pass
+
+
+def _shut(sock):
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 async def aread_refusal(response):
     body = _BoundedBody()
 
