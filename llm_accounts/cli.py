@@ -692,6 +692,7 @@ def status(json_):
     ledger = _ledger()
     try:
         lines = ledger.status(declared)
+        warmth = ledger.warm_summary()
     except AccountsError as error:
         fail(error)
     # Each account's model list: when it was fetched, and a refresh that failed (llm_accounts.catalog).
@@ -704,6 +705,7 @@ def status(json_):
             {
                 "routed": bool(declared),
                 "accounts": [{**line.as_dict(), "model_list": model_lists[line.name].as_dict()} for line in lines],
+                "warm_prefix": _warm_json(warmth),
             }
         )
         return
@@ -764,8 +766,35 @@ def status(json_):
             )
         )
     _table(rows)
+    if warmth:
+        click.echo("\n" + _warm_line(warmth))
     first = lines[0]
     click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+
+
+def _warm_json(warmth):
+    """``status --json``'s warm-prefix figures for this credit period (docs/architecture.md "Warm prefixes")."""
+    totals = [sum(v[i] for v in warmth.values()) for i in range(3)]
+    return {
+        "bound_warm": totals[0],
+        "bound_cold": totals[1],
+        "cache_saved_nusd": totals[2],
+        "by_account": {
+            name: {"bound_warm": w, "bound_cold": c, "cache_saved_nusd": saved} for name, (w, c, saved) in sorted(warmth.items())
+        },
+    }
+
+
+def _warm_line(warmth):
+    """New conversations with a one-hour prefix this period, by where they bound, and what the cache saved."""
+    from .money import usd_fine
+
+    figures = _warm_json(warmth)
+    return (
+        f"New conversations this period with a one-hour prompt prefix: {figures['bound_warm']} bound warm, "
+        f"{figures['bound_cold']} cold; the cache saved {usd_fine(figures['cache_saved_nusd'])} "
+        "(cache reads at base input price minus what they cost)"
+    )
 
 
 @accounts.command()

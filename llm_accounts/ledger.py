@@ -32,7 +32,7 @@ import threading
 import time
 import uuid
 
-from . import clock, health, schema, selection
+from . import cache_savings, clock, health, schema, selection
 from .errors import AccountsError
 from .money import INT64_MAX
 from .records import (  # the records are part of the ledger's API
@@ -519,9 +519,10 @@ class Ledger:
             raise AccountsError(verdict.code, verdict.message, account=verdict.account.name, retry_at=verdict.retry_at)
         self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
         if moving:
+            _move_bound(conn, scope, month, verdict)
             conn.execute(
-                "UPDATE binding SET account = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (verdict.account.name, scope.kind, scope.id, provider),
+                "UPDATE binding SET account = ?, warm = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+                (verdict.account.name, verdict.warm, scope.kind, scope.id, provider),
             )
         return Reservation(
             attempt_id=attempt_id,
@@ -623,7 +624,10 @@ class Ledger:
             candidates = selection.order(
                 dataclasses.replace(c, open_scopes=scopes.get(c.name, 0)) for c in candidates
             )
-        return by_name[candidates[0].name]
+        chosen = by_name[candidates[0].name]
+        if cert is not None and WARM_AFFINITY:
+            chosen.warm = candidates[0].warm  # recorded on the binding (docs/architecture.md "Warm prefixes")
+        return chosen
 
     def _admit(self, conn, scope, attempt_id, quote, v, month, day, now, new_binding, client, llm_response_id):
         account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)
@@ -671,9 +675,10 @@ class Ledger:
         )
         if new_binding:
             conn.execute(
-                "INSERT INTO binding (scope_kind, scope_id, provider, account, created_at) VALUES (?, ?, ?, ?, ?)",
-                (scope.kind, scope.id, provider, name, ts),
+                "INSERT INTO binding (scope_kind, scope_id, provider, account, created_at, warm) VALUES (?, ?, ?, ?, ?, ?)",
+                (scope.kind, scope.id, provider, name, ts, v.warm),
             )
+            _count_bound(conn, month, provider, name, v.warm)
         if v.probe:
             _write_health(conn, provider, name, health.start_probe(f.record, attempt_id))
 
@@ -782,6 +787,13 @@ class Ledger:
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
         admitted = selection.parse_time(row["created_at"])
         _write_health(conn, provider, name, health.record_success(h, now, admitted, attempt_id))
+        saved = cache_savings.saved_nusd(evidence.usage, evidence.served_model, row["price_revision"])
+        if saved:
+            conn.execute(
+                """INSERT INTO warm_month (month_utc, provider, account, cache_saved_nusd) VALUES (?, ?, ?, ?)
+                   ON CONFLICT DO UPDATE SET cache_saved_nusd = cache_saved_nusd + excluded.cache_saved_nusd""",
+                (row["month_utc"], provider, name, saved),
+            )
         if health.model_success_clears(_model_health_from(row, row["requested_model"]), admitted):
             conn.execute(
                 "DELETE FROM model_health WHERE provider = ? AND account = ? AND model = ?",
@@ -1222,6 +1234,23 @@ class Ledger:
             )
         return lines
 
+    def warm_summary(self, *, provider="anthropic", now=None):
+        """This credit period's ``{account: (bound warm, bound cold, cache saved nusd)}``: new
+        conversations with a one-hour prefix by where they bound, and what cache reads saved
+        (docs/architecture.md "Warm prefixes"). One row per account, never a sum over attempts."""
+
+        def run(conn):
+            month = clock.credit_month(now or clock.now())
+            return {
+                row["account"]: (row["bound_warm"], row["bound_cold"], row["cache_saved_nusd"])
+                for row in conn.execute(
+                    "SELECT account, bound_warm, bound_cold, cache_saved_nusd FROM warm_month WHERE month_utc = ? AND provider = ?",
+                    (month, provider),
+                )
+            }
+
+        return self._run("warm_summary", run, write=False)
+
     def spend(self, account=None, month_utc=None, *, provider="anthropic"):
         """Spend per account and credit period, summed from the attempt and adjustment rows."""
         if account is not None:
@@ -1453,6 +1482,30 @@ def _same_settlement(row, fields):
     """Identical repeated evidence is a no-op (docs/architecture.md "Ceilings and settlement").
     ``NotSent.caller_cancelled`` is not stored, so two not-sent settlements always match."""
     return all(row[key] == value for key, value in fields.items())
+
+
+def _count_bound(conn, month, provider, name, warm, delta=1):
+    """Count a new conversation that bound warm or cold in ``warm_month`` (none without a one-hour prefix)."""
+    if warm is None:
+        return
+    column = "bound_warm" if warm else "bound_cold"
+    conn.execute(
+        f"""INSERT INTO warm_month (month_utc, provider, account, {column}) VALUES (?, ?, ?, ?)
+            ON CONFLICT DO UPDATE SET {column} = {column} + excluded.{column}""",
+        (month, provider, name, delta),
+    )
+
+
+def _move_bound(conn, scope, month, verdict):
+    """A new conversation that moved on counts once: on the account it now binds."""
+    old = conn.execute(
+        "SELECT account, warm, created_at FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+        (scope.kind, scope.id, scope.provider),
+    ).fetchone()
+    created = selection.parse_time(old["created_at"])
+    if old["warm"] is not None and created is not None:
+        _count_bound(conn, clock.credit_month(created), scope.provider, old["account"], old["warm"], -1)
+    _count_bound(conn, month, scope.provider, verdict.account.name, verdict.warm)
 
 
 def _clear_warm(conn, provider, name):

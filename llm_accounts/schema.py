@@ -230,6 +230,20 @@ CREATE TRIGGER IF NOT EXISTS attempt_totals_delete AFTER DELETE ON attempt BEGIN
         AND outcome = COALESCE(OLD.outcome, '') AND provider_error_type = COALESCE(OLD.provider_error_type, '')
         AND rejection_class = COALESCE(OLD.rejection_class, '') AND http_status = COALESCE(OLD.http_status, 0);
 END;
+
+-- Warm prefixes at work, per credit period and account (docs/architecture.md "Warm prefixes"): new
+-- conversations whose request had a one-hour prefix that bound where it was warm or cold, and
+-- what cache reads saved (llm_accounts.cache_savings). The ledger keeps it in the reservation and
+-- settlement transactions; a ledger gains it empty, so its counts start with this build.
+CREATE TABLE IF NOT EXISTS warm_month (
+    month_utc         TEXT NOT NULL,
+    provider          TEXT NOT NULL,
+    account           TEXT NOT NULL,
+    bound_warm        INTEGER NOT NULL DEFAULT 0,
+    bound_cold        INTEGER NOT NULL DEFAULT 0,
+    cache_saved_nusd  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (month_utc, provider, account)
+) WITHOUT ROWID;
 """
 
 # Columns added to shipped tables after they first shipped: (table, column, declaration).
@@ -252,6 +266,10 @@ COLUMNS = [
     # tokens are summed on the partial attempt_client index, in the admission transaction.
     ("attempt", "ceiling_tokens", "INTEGER CHECK (ceiling_tokens IS NULL OR ceiling_tokens >= 0)"),
     ("attempt", "tokens", "INTEGER CHECK (tokens IS NULL OR tokens >= 0)"),
+    # Whether a new conversation bound where its one-hour prefix was warm (1) or cold (0); NULL
+    # when its request had no one-hour prefix, it was pinned, or it predates this column
+    # (docs/architecture.md "Warm prefixes").
+    ("binding", "warm", "INTEGER CHECK (warm IS NULL OR warm IN (0, 1))"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
@@ -309,7 +327,8 @@ GROUP BY month_utc, provider, account, state, COALESCE(outcome, ''), COALESCE(pr
 }
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
-               "day", "month_outcome")  # day and month_outcome: issue 14, gained on open
+               "day", "month_outcome",  # day and month_outcome: issue 14, gained on open
+               "warm_month")  # warm_month: issue 13, gained on open
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.
 BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")

@@ -175,6 +175,9 @@ class Verdict:
     probe: bool = False
     budget_nusd: int = 0
     retry_at: object = None  # when a cooling account takes its probe (a refusal worth waiting out)
+    # A new conversation's selection: whether it bound where its one-hour prefix was warm (None:
+    # no certificate, or not chosen by selection) (docs/architecture.md "Warm prefixes").
+    warm: bool | None = None
 
     def refuse(self, code, message, reason):
         self.code, self.message, self.reason = code, message, reason
