@@ -45,6 +45,10 @@ def usd_sql(column):
     )
 
 
+_MINUTES = "cast((julianday('now') - julianday(created_at)) * 1440 as integer)"
+"""How long an open attempt has been open, in whole minutes."""
+
+
 @dataclasses.dataclass(frozen=True)
 class Query:
     name: str
@@ -78,21 +82,18 @@ SPEND_BY_MONTH = Query(
         "calendar month. Open ceilings are reserved for attempts whose outcome is not known yet."
     ),
     params=("account", "month"),
-    sql=f"""with adjusted as (
-  select provider, account, month_utc, sum(delta_nusd) as nusd
-  from adjustment where month_utc is not null
-  group by provider, account, month_utc
-),
-spend as (
+    sql=f"""with spend as (
   select
     month.name as account,
     month.month_utc,
     month.budget_nusd,
-    month.settled_nusd + coalesce(adjusted.nusd, 0) as settled_nusd,
+    month.settled_nusd + coalesce((
+      select sum(delta_nusd) from adjustment
+      where adjustment.provider = month.provider and adjustment.account = month.name
+        and adjustment.month_utc = month.month_utc
+    ), 0) as settled_nusd,
     month.open_nusd
   from month
-  left join adjusted on adjusted.provider = month.provider
-    and adjusted.account = month.name and adjusted.month_utc = month.month_utc
   where (:account = '' or month.name = :account)
     and (:month = '' or month.month_utc = :month)
 ),
@@ -169,31 +170,23 @@ OPEN_ATTEMPTS = Query(
         "last attempt_id shown as 'after'."
     ),
     params=("account", "after"),
-    sql=f"""with unknown as (
-  select
-    rowid as admitted,
-    *,
-    cast((julianday('now') - julianday(created_at)) * 1440 as integer) as minutes
-  from attempt
-  where state = 'open' and (:account = '' or account = :account)
-    and (:after = '' or rowid > (select rowid from attempt where id = :after))
-  order by rowid
-  limit {OPEN_PAGE}
-)
-select
+    sql=f"""select
   id as attempt_id,
   account,
   month_utc as credit_period,
   created_at,
-  printf('%dd %02dh %02dm', minutes / 1440, minutes % 1440 / 60, minutes % 60) as open_for,
+  printf('%dd %02dh %02dm', {_MINUTES} / 1440, {_MINUTES} % 1440 / 60, {_MINUTES} % 60) as open_for,
   requested_model,
   outcome,
   failure_class,
   http_status,
   {usd_sql("ceiling_nusd")} as ceiling_usd,
   client
-from unknown
-order by admitted""",
+from attempt
+where state = 'open' and (:account = '' or account = :account)
+  and (:after = '' or rowid > (select rowid from attempt where id = :after))
+order by rowid
+limit {OPEN_PAGE}""",
 )
 
 ATTEMPTS_BY_OUTCOME = Query(

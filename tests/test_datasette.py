@@ -728,3 +728,189 @@ def test_browse_serves_the_dashboard_from_a_child_without_keys(ledger, canary_ke
                 os.killpg(process.pid, signal.SIGKILL)
     assert_no_key_material(output, canary_key)
     assert not [child for child in children if pathlib.Path(f"/proc/{child}").exists()]
+
+
+# Spend views at any length of history (docs/performance.md)
+
+ROW_SCAN = re.compile(r"\bSCAN (attempt|adjustment)\b")
+
+
+def query_plan(path, sql, params):
+    conn = sqlite3.connect(path)
+    plan = " | ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    conn.close()
+    return plan
+
+
+@pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
+def test_no_query_reads_every_attempt(query, ledger):
+    # Aggregates only: the month, day and month_outcome totals, or an index on the attempts.
+    plan = query_plan(ledger, query.sql, {name: "" for name in query.params})
+    assert not ROW_SCAN.search(plan), plan
+
+
+@pytest.mark.parametrize("name", ["ACCOUNTS_SQL", "BUDGETS_SQL", "MONTH_SPEND_SQL", "ADJUSTMENTS_SQL", "DAILY_SPEND_SQL"])
+def test_the_dashboard_reads_aggregates_not_attempts(name, ledger):
+    params = {"month": "2026-11", "first_day": "2026-10-31", "last_day": "2026-11-29"}
+    plan = query_plan(ledger, getattr(dashboard, name), params)
+    assert not re.search(r"\bSCAN attempt\b", plan), plan
+
+
+def test_open_attempts_walk_the_open_index_in_admission_order(ledger):
+    (query,) = [query for query in QUERIES if query.name == "open_attempts"]
+    plan = query_plan(ledger, query.sql, {"account": "", "after": ""})
+    assert "attempt_open" in plan and "TEMP B-TREE" not in plan
+
+
+def add_open_attempts(path, count, now=NOW):
+    """``count`` more open attempts of alpha, admitted after the fixture's, one second apart."""
+    db = sqlite_utils.Database(path)
+    db["attempt"].insert_all(
+        dict(id=f"x{index:03d}", scope_kind="conversation", scope_id=f"conv-x{index}", provider="anthropic",
+             account="alpha", month_utc=clock.credit_month(now), day_utc=clock.utc_day(now), ceiling_nusd=USD,
+             price_revision="2026-11-01", requested_model="claude-sonnet-4-5", request_digest="0" * 64,
+             state="open", created_at=clock.isoformat(now + dt.timedelta(seconds=index)))
+        for index in range(count)
+    )
+    db.close()
+
+
+@pytest.mark.asyncio
+async def test_open_attempts_come_a_page_at_a_time(ledger):
+    from datasette_plugin.queries import OPEN_PAGE
+
+    add_open_attempts(ledger, OPEN_PAGE)
+    ds = Datasette([str(ledger)])
+    first = await rows(ds, "open_attempts")
+    assert len(first) == OPEN_PAGE
+    assert [row["attempt_id"] for row in first[:4]] == ["a5", "b2", "a4", "x000"]
+    rest = await rows(ds, "open_attempts", after=first[-1]["attempt_id"])
+    assert [row["attempt_id"] for row in rest] == [f"x{index:03d}" for index in range(OPEN_PAGE - 3, OPEN_PAGE)]
+    assert await rows(ds, "open_attempts", after=rest[-1]["attempt_id"]) == []
+
+
+@pytest.mark.asyncio
+async def test_spend_today_counts_a_day_from_the_day_totals(ledger):
+    # The day table, not the attempts: change a kept total and the query shows it.
+    conn = sqlite3.connect(ledger)
+    conn.execute("UPDATE day SET attempts = 42 WHERE day_utc = '2026-11-05' AND account = 'alpha'")
+    conn.commit()
+    conn.close()
+    result = await rows(Datasette([str(ledger)]), "spend_today", day="2026-11-05", account="alpha")
+    assert [row["attempts"] for row in result] == [42]
+
+
+@pytest.mark.asyncio
+async def test_a_ledger_without_the_totals_gets_no_queries_and_the_dashboard_says_why(ledger, at_now):
+    conn = sqlite3.connect(ledger)
+    conn.execute("DROP TABLE month_outcome")
+    conn.commit()
+    conn.close()
+    ds = Datasette([str(ledger)])
+    assert (await ds.client.get("/accounts-ledger/spend_by_month.json")).status_code == 404
+    html = await dashboard_html(ds)
+    assert "older llm-accounts" in html and "llm accounts status" in html
+
+
+# The dashboard at a glance
+
+
+def test_the_palette_does_not_repeat_before_twelve_accounts():
+    assert len(set(dashboard.ACCOUNT_COLOURS[:12])) == 12
+
+
+def test_twelve_accounts_get_twelve_colours():
+    accounts = [
+        dict(provider="anthropic", name=f"a{index:02d}", rank=0, block_reason=None, removed_at=None, state=None,
+             failure_class=None, http_status=None, since=None, last_failure_at=None, cooldown_until=None,
+             probe_attempt_id=None, probe_state=None, probe_created_at=None, last_success_at=None)
+        for index in range(12)
+    ]
+    summaries = dashboard.summarize(accounts, [], [], [], [], month="2026-11", day="2026-11-05", now=NOW)
+    assert len({summary.colour for summary in summaries}) == 12
+
+
+@pytest.mark.parametrize(
+    "values, shown",
+    [
+        ([3_000_000, 4_000_000], ["$0.003", "$0.004"]),  # both read $0.00 at cents
+        ([4 * USD, 5 * USD, 4_000_000_001], ["$4.00", "$5.00", "$4.000000001"]),
+        ([1, 0], ["$0.000000001", "$0.00"]),  # something spent is not shown as nothing
+        ([4_000_000_001, 7 * USD], ["$4.00", "$7.00"]),  # cents already tell them apart
+        ([None, 2_500_000_000], ["-", "$2.50"]),
+    ],
+)
+def test_sub_cent_amounts_are_shown_where_they_tell_accounts_apart(values, shown):
+    places = dashboard.distinguishing_places(values)
+    assert [dashboard.usd_shown(value, place) for value, place in zip(values, places)] == shown
+
+
+def set_cooldown(path, account, until):
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE health SET cooldown_until = ? WHERE account = ?", (clock.isoformat(until), account))
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.asyncio
+async def test_a_cooldown_that_has_ended_shows_as_probe_due_not_failing(ledger, at_now):
+    set_cooldown(ledger, "gamma", NOW - dt.timedelta(minutes=5))
+    html = await dashboard_html(Datasette([str(ledger)]))
+    row = account_row(html, "gamma")
+    assert "Probe due: rate_limited, HTTP 429" in row
+    assert "Failing" not in row and "cooling until" not in row
+    assert 'class="llma-account llma-status-probe_due' in html
+
+
+@pytest.mark.asyncio
+async def test_a_cooldown_still_running_shows_as_failing(ledger, at_now):
+    set_cooldown(ledger, "gamma", NOW + dt.timedelta(minutes=5))
+    row = account_row(await dashboard_html(Datasette([str(ledger)])), "gamma")
+    assert "Failing: rate_limited, HTTP 429" in row and "cooling until" in row
+
+
+@pytest.mark.asyncio
+async def test_failing_blocked_and_exhausted_accounts_are_marked_in_the_charts(ds, at_now):
+    html = await dashboard_html(ds)
+    chart = re.search(r'<svg class="llma-chart llma-budget-chart".*?</svg>', html, re.S).group(0)
+    marks = re.findall(r'<text [^>]*class="mark (\w+)">([^<]*)</text>', chart)
+    assert ("bad", "Failing: rate_limited, HTTP 429") in marks  # gamma, cooling
+    assert ("bad", "Blocked: auth_failed · Failing: auth, HTTP 401") in marks  # delta
+    assert 'class="bar budget marked-bad"' in chart
+    assert 'class="value bad">$20.00 of $20.00 (100.0%) budget reached' in chart  # beta
+    legend = re.search(r'<h2>Spend per UTC day.*?</ul>', html, re.S).group(0)
+    assert re.search(r'data-account="gamma">.*?\(Failing: rate_limited, HTTP 429\)', legend)
+    assert re.search(r'data-account="beta">.*?\(Budget reached\)', legend)
+    assert re.search(r'data-account="alpha">[^(]*</li>', legend)  # nothing to notice
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_as_json_carries_the_same_figures(ds, at_now):
+    response = await ds.client.get("/-/llm-accounts.json")
+    assert response.status_code == 200
+    (ledger,) = response.json()["ledgers"]
+    assert (ledger["database"], ledger["credit_period"], ledger["day"]) == ("accounts-ledger", "2026-11", "2026-11-05")
+    accounts = {account["account"]: account for account in ledger["accounts"]}
+    alpha = accounts["alpha"]
+    assert alpha["budget"] == {"nusd": 50 * USD, "usd": "50.000000000"}
+    assert alpha["settled"] == {"nusd": 4_000_000_001, "usd": "4.000000001"}
+    assert alpha["open_ceilings"] == {"nusd": 2 * USD, "usd": "2.000000000"}
+    assert alpha["remaining"] == {"nusd": 43_999_999_999, "usd": "43.999999999"}
+    assert alpha["today_open_ceilings"]["nusd"] == 1_500_000_000
+    assert (alpha["status"], alpha["colour"]) == ("ok", dashboard.ACCOUNT_COLOURS[0])
+    assert accounts["gamma"]["status"] == "cooling"
+    assert {"level": "bad", "label": "Blocked: auth_failed"} in accounts["delta"]["marks"]
+    assert accounts["omega"]["budget_credit_period"] == "2026-10"
+    days = {day["day"]: day["accounts"] for day in ledger["days"]}
+    assert len(days) == 30
+    assert days["2026-11-05"]["alpha"]["settled"] == {"nusd": 750_000_000, "usd": "0.750000000"}
+    assert days["2026-11-01"]["beta"]["settled"]["nusd"] == 18_500_000_000
+    assert {query["name"] for query in ledger["queries"]} == {query.name for query in QUERIES}
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_has_no_ledger_when_none_is_attached(tmp_path, at_now):
+    other = tmp_path / "other.db"
+    sqlite_utils.Database(other)["notes"].insert({"text": "hello"})
+    response = await Datasette([str(other)]).client.get("/-/llm-accounts.json")
+    assert response.json()["ledgers"] == []
