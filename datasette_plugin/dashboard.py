@@ -520,6 +520,26 @@ async def client_tokens(db, params):
     return [dict(row) for row in (await db.execute(CLIENT_TOKENS_SQL, params)).rows]
 
 
+WARM_SQL = """
+select provider, account, bound_warm, bound_cold, cache_saved_nusd
+from warm_month where month_utc = :month
+order by account
+"""
+
+
+async def warm_prefixes(db, params):
+    """This credit period's ``warm_month`` rows (docs/architecture.md "Warm prefixes"): new
+    conversations with a one-hour prefix that bound warm or cold, and what cache reads saved.
+    One row per account; none from a ledger older than the table."""
+    tables = {row[0] for row in (await db.execute("select name from sqlite_master where type = 'table'")).rows}
+    if "warm_month" not in tables:
+        return []
+    rows = [dict(row) for row in (await db.execute(WARM_SQL, params)).rows]
+    for row in rows:
+        row["cache_saved"] = usd_shown(row["cache_saved_nusd"], 6)
+    return rows
+
+
 async def load(db, now):
     """Everything the dashboard shows for ledger database ``db`` at instant ``now``."""
     month, day = clock.credit_month(now), clock.utc_day(now)
@@ -546,6 +566,7 @@ async def load(db, now):
         "daily_chart": daily_chart(summaries, daily_spend, month, day),
         "daily_spend": daily_spend,
         "client_tokens": await client_tokens(db, params),
+        "warm_prefix": await warm_prefixes(db, params),
     }
 
 
@@ -607,4 +628,13 @@ def as_json(ledger):
             for row in ledger.get("client_tokens", ())
         ],
         "queries": [{"name": q["name"], "title": q["title"], "url": q["url"]} for q in ledger.get("queries", ())],
+        "warm_prefix": [
+            {
+                "account": row["account"],
+                "bound_warm": row["bound_warm"],
+                "bound_cold": row["bound_cold"],
+                "cache_saved": _money(row["cache_saved_nusd"]),
+            }
+            for row in ledger.get("warm_prefix", ())
+        ],
     }

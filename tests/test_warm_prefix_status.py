@@ -149,3 +149,19 @@ def test_a_new_conversation_that_moved_on_counts_once_on_the_account_it_now_bind
     moved = ledger.reserve(conv("c1"), "a2", quote(CERT), [WORK, HOME], exclude=(first.account,), now=T0)
     summary = ledger.warm_summary(now=T0)
     assert (summary[first.account][:2], summary[moved.account][:2]) == ((0, 0), (0, 1))
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_shows_the_warm_and_cold_counts_and_what_the_cache_saved(declared, ledger_path):
+    from datasette.app import Datasette
+
+    two_conversations(declared)
+    ds = Datasette([str(ledger_path)])
+    (ledger,) = (await ds.client.get("/-/llm-accounts.json")).json()["ledgers"]
+    saved = 100_000 * (RATES.input - RATES.cache_read)
+    by_account = {row["account"]: row for row in ledger["warm_prefix"]}
+    assert sum(row["bound_warm"] for row in by_account.values()) == 1
+    assert sum(row["bound_cold"] for row in by_account.values()) == 1
+    assert sum(row["cache_saved"]["nusd"] for row in by_account.values()) == saved
+    html = (await ds.client.get("/-/llm-accounts")).text
+    assert "Warm prefixes, credit period 2026-11" in html and "$0.27" in html
