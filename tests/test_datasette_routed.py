@@ -102,3 +102,52 @@ async def test_dashboard_shows_each_routed_account(routed_ledger):
     for account in ("alpha", "beta"):
         assert account in response.text
     assert "<svg" in response.text
+
+
+def test_the_day_totals_match_the_routed_attempts(routed_ledger):
+    kept = ledger_rows(
+        routed_ledger, "select day_utc, account, attempts, settled_nusd, open_nusd from day where attempts > 0 order by 1, 2"
+    )
+    counted = ledger_rows(
+        routed_ledger,
+        """select day_utc, account, count(*) as attempts, coalesce(sum(cost_nusd), 0) as settled_nusd,
+             coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open_nusd
+           from attempt group by day_utc, account order by 1, 2""",
+    )
+    assert kept == counted and kept
+
+
+@pytest.mark.asyncio
+async def test_attempts_by_outcome_matches_the_attempt_rows(routed_ledger):
+    ds = Datasette([str(routed_ledger)])
+    shown = {
+        (row["account"], row["state"], row["outcome"]): (row["attempts"], row["cost_usd"], row["open_ceilings_usd"])
+        for row in await query_rows(ds, "attempts_by_outcome")
+    }
+    counted = {
+        (row["account"], row["state"], row["outcome"]): (row["n"], usd_exact(row["cost"]), usd_exact(row["open"]))
+        for row in ledger_rows(
+            routed_ledger,
+            """select account, state, outcome, count(*) as n, coalesce(sum(cost_nusd), 0) as cost,
+                 coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as open
+               from attempt group by account, state, outcome""",
+        )
+    }
+    assert shown == counted
+    assert ("beta", "open", "stream_truncated") in shown
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_matches_the_attempt_rows(routed_ledger, monkeypatch):
+    monkeypatch.setattr(clock, "now", lambda: NOW)
+    response = await Datasette([str(routed_ledger)]).client.get("/-/llm-accounts.json")
+    accounts = {account["account"]: account for account in response.json()["ledgers"][0]["accounts"]}
+    for account in ("alpha", "beta"):
+        settled, open_ = ledger_rows(
+            routed_ledger,
+            f"""select coalesce(sum(cost_nusd), 0) as s, coalesce(sum(case when state = 'open' then ceiling_nusd end), 0) as o
+                from attempt where account = '{account}'""",
+        )[0].values()
+        assert (accounts[account]["settled"]["nusd"], accounts[account]["open_ceilings"]["nusd"]) == (settled, open_)
+        assert accounts[account]["settled"]["usd"] == usd_exact(settled)
+    assert accounts["alpha"]["status"] == "cooling"  # the 429's cooldown, read at NOW
