@@ -11,7 +11,11 @@ noise falls on both sides alike:
   log must show exactly one request per command;
 - start-up: ``llm --help`` with only llm-accounts loaded vs no plugins at all, through llm's
   ``LLM_LOAD_PLUGINS`` (goal: <= 30 ms more);
-- the plugin's own import time (``python -X importtime``), for information.
+- the plugin's own import time (``python -X importtime``), for information;
+- connection reuse in one process: 100 prompts in a Python loop on each model, counting the
+  connections the stand-in accepted (routed: one pool per process; llm-anthropic: one client per
+  prompt), and an ``llm --async`` style batch of 100 concurrent prompts on each, as a wall-time
+  ratio routed/direct measured inside the process (start-up excluded).
 
 Goals are judged on wall time (time.perf_counter around subprocess.run); each child's CPU time is
 printed beside it as the steadier figure on a busy machine. Nothing here is a test: no timing is
@@ -145,7 +149,7 @@ def set_up(workdir, keys, base_url):
     )
     accounts_env = dict(env, LLM_LOAD_PLUGINS="llm-accounts")
     for name, env_name in ACCOUNTS:
-        run_checked([llm_path(), "accounts", "add", name, "--key-env", env_name, "--budget", "50.00"], accounts_env)
+        run_checked([llm_path(), "accounts", "add", name, "--key-env", env_name, "--budget", "500.00"], accounts_env)
     return dict(env, LLM_LOAD_PLUGINS=BOTH_PLUGINS)
 
 
@@ -290,6 +294,45 @@ def import_times_ms(env, runs=3):
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+# The child that runs many prompts in one process; it prints its own wall time (start-up
+# excluded). Keys come from the user directory's keys.json, as for the commands above.
+POOL_CHILD = r"""
+import asyncio, json, sys, time
+import llm
+model_id, mode, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if mode == "loop":
+    model = llm.get_model(model_id)
+    start = time.perf_counter()
+    for i in range(n):
+        model.prompt(f"Loop prompt {i}").text()
+else:
+    model = llm.get_async_model(model_id)
+    async def batch():
+        return await asyncio.gather(*(model.prompt(f"Batch prompt {i}").text() for i in range(n)))
+    start = time.perf_counter()
+    asyncio.run(batch())
+print(json.dumps({"wall": time.perf_counter() - start}))
+"""
+
+
+def pool_figures(standin, env, prompts):
+    """Connections opened and in-process wall time for ``prompts`` prompts on each side, as a
+    loop and as one concurrent async batch."""
+    models = {"routed": ROUTED_MODEL, "direct": DIRECT_MODEL}
+    out = {}
+    for mode in ("loop", "batch"):
+        for side in ("routed", "direct"):
+            before_connections, before_requests = standin.connections_opened, len(standin.requests)
+            completed = run_checked([sys.executable, "-c", POOL_CHILD, models[side], mode, str(prompts)], env)
+            answered = sum(1 for r in standin.requests[before_requests:] if r["status"] == 200)
+            out[mode, side] = {
+                "connections": standin.connections_opened - before_connections,
+                "answered": answered,
+                "wall": json.loads(completed.stdout.strip().splitlines()[-1])["wall"],
+            }
+    return out
+
+
 # --- report ----------------------------------------------------------------------------------
 
 
@@ -305,6 +348,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15, help="commands per side (default 15)")
     parser.add_argument("--no-venv", action="store_true", help="never create .venv-bench")
+    parser.add_argument("--prompts", type=int, default=100, help="prompts per side in the one-process figures (default 100)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be 1 or more")
@@ -363,12 +407,25 @@ def main():
             print(f"  the plugin's own imports (-X importtime, after llm.cli): llm_accounts "
                   f"{own['llm_accounts']:.1f} ms + llm_accounts.cli {own['llm_accounts.cli']:.1f} ms")
 
-    requests_ok = not check.problems
+        pool = pool_figures(standin, env, args.prompts)
+        print(f"\nOne process, {args.prompts} prompts per side (Python API; start-up excluded)")
+        for mode, what in (("loop", "a loop of prompts"), ("batch", "one async batch, all concurrent")):
+            for side, model in (("routed", ROUTED_MODEL), ("direct", DIRECT_MODEL)):
+                figure = pool[mode, side]
+                print(f"  {what}, {model}: {figure['connections']} connections for {figure['answered']} answers "
+                      f"({figure['connections'] * 100 / max(1, figure['answered']):.0f} per 100 prompts), {ms(figure['wall'])}")
+        batch_ratio = pool["batch", "routed"]["wall"] / pool["batch", "direct"]["wall"]
+        print(f"  async batch routed/direct wall ratio: {batch_ratio:.3f}")
+
+    requests_ok = not check.problems and all(figure["answered"] == args.prompts for figure in pool.values())
     print("\nSummary (one run on this machine; under load, wall times move by more than these goals)")
     print(f"  whole-command ratio {ratio:.3f}, {extra_ms:+.0f} ms (goal <= {RATIO_GOAL}): {verdict(ratio <= RATIO_GOAL)}")
     print(f"  --help start-up cost {added_ms:+.1f} ms (goal <= {STARTUP_GOAL_MS:.0f} ms): "
           f"{verdict(added_ms <= STARTUP_GOAL_MS)}")
-    print(f"  every command made exactly one request to the stand-in: {'yes' if requests_ok else 'NO'}")
+    print(f"  connections per 100 prompts in one process (loop): routed "
+          f"{pool['loop', 'routed']['connections'] * 100 / args.prompts:.0f}, llm-anthropic "
+          f"{pool['loop', 'direct']['connections'] * 100 / args.prompts:.0f}; async batch ratio {batch_ratio:.3f}")
+    print(f"  every command made exactly one request to the stand-in, every prompt answered: {'yes' if requests_ok else 'NO'}")
     print(f"  measured in {time.perf_counter() - started:.0f} s; load average {os.getloadavg()[0]:.1f} "
           f"on {os.cpu_count()} cores")
     return 0 if requests_ok else 1

@@ -212,6 +212,28 @@ class RoutedOptionsWithEffort(RoutedOptions):
     )
 
 
+# Each option's counterpart in llm-anthropic 0.30, for the README's table (docs/architecture.md
+# "Model ids"): the same name does the same thing unless said otherwise.
+LLM_ANTHROPIC = {
+    "max_tokens": "`max_tokens`, same default per model",
+    "temperature": "`temperature`",
+    "top_p": "`top_p`",
+    "top_k": "`top_k`",
+    "stop_sequences": "`stop_sequences`",
+    "user_id": "`user_id`",
+    "prefill": "`prefill`",
+    "hide_prefill": "`hide_prefill`",
+    "cache": "`cache` (its boolean; 5m and 1h are ours)",
+    "thinking": "`thinking`",
+    "thinking_budget": "none (llm-anthropic budgets 1,024 tokens on older models)",
+    "thinking_effort": "`thinking_effort`",
+    "fast": "`fast` (sent there; refused here as unpriced)",
+    "retries": "none (its SDK retries twice)",
+    "account": "none (routing)",
+    "client": "none (routing)",
+}
+
+
 def options_for(capabilities):
     return RoutedOptionsWithEffort if capabilities.effort else RoutedOptions
 
