@@ -167,7 +167,9 @@ def prices(json_, model_id):
     Rates are US dollars per million tokens: input, 5-minute cache write, 1-hour cache write,
     cache read and output. A long-context tier applies to the whole request when its input
     (fresh + cache writes + cache reads) exceeds the tier's threshold. Retired models are kept
-    only to settle old attempts.
+    only to settle old attempts. "ceiling" is what one attempt reserves at the model's default
+    max_tokens (llm-anthropic's): its whole context window at the dearest input rate plus
+    max_tokens at the output rate; -o max_tokens lowers it.
 
     \b
     Example:
@@ -191,6 +193,13 @@ def prices(json_, model_id):
     def usd_rates(rates):
         return {name: per_mtok(getattr(rates, name)) for name in RATE_NAMES}
 
+    from .capabilities import for_model
+    from .ladder import quote_for
+
+    def ceiling(p):
+        """One attempt's reservation at the default max_tokens; None for a retired model."""
+        return None if p.status == "retired" else quote_for(p.id, revision).ceiling_nusd
+
     if json_:
         echo_json(
             {
@@ -206,6 +215,8 @@ def prices(json_, model_id):
                         "status": p.status,
                         "context_window": p.context_window,
                         "max_output": p.max_output,
+                        "default_max_tokens": None if p.status == "retired" else for_model(p.id).default_max_tokens,
+                        "ceiling_nusd": ceiling(p),
                         "rates": usd_rates(p.rates),
                         "long_context": (
                             {"above_input_tokens": p.long_context[0], "rates": usd_rates(p.long_context[1])}
@@ -222,21 +233,33 @@ def prices(json_, model_id):
     for source in revision.sources:
         click.echo(f"  {source}")
     click.echo("Rates in USD per million tokens\n")
-    rows = [("model", "status", "context", "max out", "input", "5m write", "1h write", "cache read", "output")]
+    from .money import usd_fine
+
+    rows = [
+        ("model", "status", "context", "max out", "default", "ceiling",
+         "input", "5m write", "1h write", "cache read", "output")
+    ]
     for p in models:
+        reserve = ceiling(p)
         rows.append(
-            (p.id, p.status, f"{p.context_window:,}", f"{p.max_output:,}")
+            (p.id, p.status, f"{p.context_window:,}", f"{p.max_output:,}",
+             "-" if reserve is None else f"{for_model(p.id).default_max_tokens:,}",
+             "-" if reserve is None else usd_fine(reserve))
             + tuple(per_mtok(getattr(p.rates, name)) for name in RATE_NAMES)
         )
         if p.long_context:
             rows.append(
-                (f"  > {p.long_context[0]:,} input", "", "", "")
+                (f"  > {p.long_context[0]:,} input", "", "", "", "", "")
                 + tuple(per_mtok(getattr(p.long_context[1], name)) for name in RATE_NAMES)
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         cells = [cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         click.echo("  ".join(cells).rstrip())
+    click.echo(
+        "\ndefault: max_tokens without -o max_tokens; ceiling: what one attempt reserves at that default"
+        " until it settles (docs/pricing.md \"Ceiling\")"
+    )
     aliases = [(p.id, p.aliases) for p in models if p.aliases]
     if aliases:
         click.echo("\nAliases (exact names only):")

@@ -350,3 +350,18 @@ def test_the_shared_pool_holds_no_key_and_keeps_no_cookie(accounts):
     assert len(pooled.cookies.jar) == 0
     for key in accounts.keys.values():
         assert key not in repr(vars(pooled))
+
+
+# llm accounts prices shows what a plain prompt reserves
+
+
+def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
+    result = ok("accounts", "prices", "--model", "claude-sonnet-4-6")
+    header, row = [line for line in result.output.splitlines() if line.startswith(("model ", "claude-sonnet-4-6"))]
+    assert header.split()[5:7] == ["default", "ceiling"]  # after "max out"
+    assert row.split()[4:6] == ["128,000", "$7.92"]
+
+
+def test_prices_json_gives_the_ceiling_in_nanodollars():
+    [model] = json.loads(ok("accounts", "prices", "--model", "claude-haiku-4-5", "--json").output)["models"]
+    assert (model["default_max_tokens"], model["ceiling_nusd"]) == (64_000, 720_000_000)
