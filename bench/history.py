@@ -393,7 +393,8 @@ def measure(path, repeat, admissions):
     def command(*args):
         def run():
             result = runner.invoke(accounts_cli, list(args))
-            assert result.exit_code == 0, (args, result.output[-500:])
+            if result.exit_code != 0:
+                raise SystemExit(f"llm accounts {' '.join(args)} failed: {result.output[-500:]!r} {result.exception!r}")
             return result
 
         return run

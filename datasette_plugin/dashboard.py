@@ -503,19 +503,17 @@ def daily_chart(summaries, daily_spend, month, today):
 # "Client caps"): billed tokens of settled attempts and token ceilings of open ones. Only attempts
 # with a client label are read, on the partial attempt_client index.
 CLIENT_TOKENS_SQL = """
-select provider, account, client,
-  coalesce(sum(case when state = 'settled' then tokens end), 0) as tokens_used,
-  coalesce(sum(case when state = 'open' then ceiling_tokens end), 0) as tokens_open
-from attempt where client is not null and month_utc = :month
-group by provider, account, client
+select provider, account, client, tokens as tokens_used, open_tokens as tokens_open
+from month_client where month_utc = :month and attempts > 0
 order by account, client
 """
 
 
 async def client_tokens(db, params):
-    """Rows of ``CLIENT_TOKENS_SQL``; none from a ledger older than the token columns."""
-    columns = {row[1] for row in (await db.execute("pragma table_info(attempt)")).rows}
-    if not {"tokens", "ceiling_tokens"} <= columns:
+    """Rows of ``CLIENT_TOKENS_SQL``, from the ``month_client`` totals (kept by the attempt
+    triggers, llm_accounts/schema.py); none from a ledger older than them."""
+    tables = {row[0] for row in (await db.execute("select name from sqlite_master where type = 'table'")).rows}
+    if "month_client" not in tables:
         return []
     return [dict(row) for row in (await db.execute(CLIENT_TOKENS_SQL, params)).rows]
 

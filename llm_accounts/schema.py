@@ -220,6 +220,53 @@ AFTER UPDATE OF state, outcome, provider_error_type, rejection_class, http_statu
         open_nusd = open_nusd + excluded.open_nusd, last_at = max(last_at, excluded.last_at);
 END;
 
+-- Per credit period, account and client label (attempts without a label are not in it): what
+-- the dashboard's client table reads. Kept like the totals above; an attempt's client never changes.
+CREATE TABLE IF NOT EXISTS month_client (
+    month_utc     TEXT NOT NULL,
+    provider      TEXT NOT NULL,
+    account       TEXT NOT NULL,
+    client        TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    settled_nusd  INTEGER NOT NULL DEFAULT 0,   -- costs of settled attempts
+    open_nusd     INTEGER NOT NULL DEFAULT 0,   -- ceilings of open attempts
+    tokens        INTEGER NOT NULL DEFAULT 0,   -- billed tokens of settled attempts
+    open_tokens   INTEGER NOT NULL DEFAULT 0,   -- token ceilings of open attempts
+    PRIMARY KEY (month_utc, provider, account, client)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS attempt_client_insert AFTER INSERT ON attempt WHEN NEW.client IS NOT NULL BEGIN
+    INSERT INTO month_client (month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens, open_tokens)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.client, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+            CASE WHEN NEW.state = 'settled' THEN COALESCE(NEW.tokens, 0) ELSE 0 END,
+            CASE WHEN NEW.state = 'open' THEN COALESCE(NEW.ceiling_tokens, 0) ELSE 0 END)
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, settled_nusd = settled_nusd + excluded.settled_nusd,
+        open_nusd = open_nusd + excluded.open_nusd, tokens = tokens + excluded.tokens,
+        open_tokens = open_tokens + excluded.open_tokens;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_client_update
+AFTER UPDATE OF state, cost_nusd, ceiling_nusd, tokens, ceiling_tokens ON attempt WHEN NEW.client IS NOT NULL BEGIN
+    UPDATE month_client SET
+        settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0) + COALESCE(NEW.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+            + CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+        tokens = tokens - CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END
+            + CASE WHEN NEW.state = 'settled' THEN COALESCE(NEW.tokens, 0) ELSE 0 END,
+        open_tokens = open_tokens - CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END
+            + CASE WHEN NEW.state = 'open' THEN COALESCE(NEW.ceiling_tokens, 0) ELSE 0 END
+    WHERE month_utc = NEW.month_utc AND provider = NEW.provider AND account = NEW.account AND client = NEW.client;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_client_delete AFTER DELETE ON attempt WHEN OLD.client IS NOT NULL BEGIN
+    UPDATE month_client SET attempts = attempts - 1, settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END,
+        tokens = tokens - CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END,
+        open_tokens = open_tokens - CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account AND client = OLD.client;
+END;
+
 CREATE TRIGGER IF NOT EXISTS attempt_totals_delete AFTER DELETE ON attempt BEGIN
     UPDATE day SET attempts = attempts - 1, settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0),
         open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
@@ -324,10 +371,19 @@ FROM attempt
 GROUP BY month_utc, provider, account, state, COALESCE(outcome, ''), COALESCE(provider_error_type, ''),
          COALESCE(rejection_class, ''), COALESCE(http_status, 0)
 """,
+    "month_client": """
+DELETE FROM month_client;
+INSERT INTO month_client (month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens, open_tokens)
+SELECT month_utc, provider, account, client, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0),
+       COALESCE(SUM(CASE WHEN state = 'settled' THEN tokens END), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_tokens END), 0)
+FROM attempt WHERE client IS NOT NULL GROUP BY month_utc, provider, account, client
+""",
 }
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
-               "day", "month_outcome",  # day and month_outcome: issue 14, gained on open
+               "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
                "warm_month")  # warm_month: issue 13, gained on open
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.

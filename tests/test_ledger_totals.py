@@ -175,3 +175,26 @@ def test_listing_the_newest_attempts_reads_no_more_than_its_page(ledger):
         )
     )
     assert "attempt_open" in plan and "TEMP B-TREE" not in plan
+
+
+CLIENTS_FROM_ROWS = """
+SELECT month_utc, provider, account, client, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0),
+       COALESCE(SUM(CASE WHEN state = 'settled' THEN tokens END), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_tokens END), 0)
+FROM attempt WHERE client IS NOT NULL GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+"""
+CLIENTS_KEPT = """
+SELECT month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens, open_tokens
+FROM month_client WHERE attempts > 0 ORDER BY 1, 2, 3, 4
+"""
+
+
+def test_client_totals_follow_every_attempt_with_a_client(ledger, work):
+    for index, client in enumerate(("ci", "web", "ci")):
+        ledger.reserve(Scope("conversation", f"k{index}"), f"k{index}", quote(NANO), [work], client=client, now=T0)
+    ledger.settle("k0", Complete(200_000_000, USAGE, MODEL), now=T0)
+    ledger.settle("k1", NotSent(), now=T0)
+    kept = rows(ledger, CLIENTS_KEPT)
+    assert kept == rows(ledger, CLIENTS_FROM_ROWS)
+    assert [row[3:6] for row in kept] == [("ci", 2, 200_000_000), ("web", 1, 0)]
