@@ -587,20 +587,24 @@ def lookup_clear():
 
 
 @accounts.command()
-@click.option("--keep", is_flag=True, help="Keep the demo's llm user directory and ledger")
-def demo(keep):
-    """Route a few prompts through two demo accounts on the local stand-in.
+@click.option("--keep", is_flag=True, help="Keep the demo's llm user directory and ledger, and say how to explore them")
+@click.option("--browse", is_flag=True, help="End by opening the demo ledger's dashboard in Datasette")
+def demo(keep, browse):
+    """Show what llm-accounts does, on three demo accounts and the local stand-in.
 
     Needs no network and no real key: the demo starts the Messages API stand-in on loopback,
-    declares two accounts in a throwaway llm user directory, and runs real llm commands.
+    declares three accounts in a throwaway llm user directory and runs real llm commands:
+    two conversations on two accounts, a continued conversation staying put, a 429 moving a
+    new conversation, a budget refusal, the routing record in llm logs, and the status table.
 
     \b
     Example:
         llm accounts demo
+        llm accounts demo --keep --browse
     """
     from .demo import run_demo
 
-    run_demo(keep=keep)
+    run_demo(keep=keep, browse=browse)
 
 
 # The ledger: status, attempts, blocks, reconciliation, corrections and rebinding

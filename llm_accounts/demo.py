@@ -1,13 +1,18 @@
-"""``llm accounts demo``: the whole product on the local stand-in, with no network and no real key.
+"""``llm accounts demo`` (``scripts/demo``): what the product is for, on the local stand-in, with
+no network and no real key.
 
-It makes a throwaway llm user directory, starts the Messages API stand-in with two demo accounts
-whose keys are random strings stored only in that directory's ``keys.json``, then runs real
-``llm`` commands against it and prints each one with its output.
+It makes a throwaway llm user directory, starts the Messages API stand-in with three demo
+accounts whose keys are random ``sk-ant-`` strings stored only in that directory's llm key store,
+then runs real ``llm`` commands against it, printing each as a user would type it. The stand-in
+runs in this process, so the demo can make one account answer a 429 when it needs to.
 """
 
+import json
 import os
 import secrets
 import shlex
+import shutil
+import sqlite3
 import string
 import subprocess
 import sys
@@ -15,33 +20,80 @@ import tempfile
 
 import click
 
-DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"))
+from .money import usd_fine
+
+# name, key_env, monthly budget
+DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.50"))
 DEMO_MODEL = "claude-routed/claude-haiku-4-5"
 
 
 def _demo_key():
+    """Shaped like a real key, so the scrubbing rule treats it as one (docs/security.md)."""
     alphabet = string.ascii_letters + string.digits
-    return "sk-ant-demo-" + "".join(secrets.choice(alphabet) for _ in range(40))
+    return "sk-ant-api03-demo" + "".join(secrets.choice(alphabet) for _ in range(80)) + "AA"
 
 
-def _run(argv, env, stdin=None, show=True):
-    if show:
-        click.secho("$ " + " ".join(shlex.quote(part) for part in argv), fg="cyan", bold=True)
-    completed = subprocess.run(argv, env=env, input=stdin, text=True, capture_output=True)
-    output = completed.stdout + completed.stderr
-    if show and output:
-        click.echo(output.rstrip("\n"))
-        click.echo()
-    if completed.returncode != 0:
-        raise click.ClickException(f"demo step failed with exit code {completed.returncode}")
-    return completed.stdout
+class Demo:
+    def __init__(self, workdir, env):
+        self.workdir, self.env = workdir, env
+        self.llm = os.path.join(os.path.dirname(sys.executable), "llm")
+        self.ledger = os.path.join(workdir, "ledger.db")
+
+    def run(self, *args, stdin=None, show=True, expect_failure=False, output=None):
+        """Run ``llm ARGS``, shown as typed; ``output`` replaces what is printed (a long JSON)."""
+        if show:
+            click.secho("$ llm " + " ".join(shlex.quote(part) for part in args), fg="cyan", bold=True)
+        completed = subprocess.run(
+            [self.llm, *args], env=self.env, input=stdin, text=True, capture_output=True, stdin=None if stdin else subprocess.DEVNULL
+        )
+        text = completed.stdout + completed.stderr
+        if show:
+            shown = output(completed.stdout) if output else text
+            if shown.strip():
+                click.echo(shown.rstrip("\n"))
+            click.echo()
+        if (completed.returncode != 0) != expect_failure:
+            raise click.ClickException(f"demo step 'llm {args[0]}' exited {completed.returncode}")
+        return completed.stdout
+
+    def last_attempts(self, count):
+        """The newest ``count`` attempts, oldest first: account, outcome, ceiling, cost."""
+        db = sqlite3.connect(self.ledger)
+        try:
+            rows = db.execute(
+                "SELECT account, outcome, ceiling_nusd, cost_nusd FROM attempt ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                (count,),
+            ).fetchall()
+        finally:
+            db.close()
+        return rows[::-1]
+
+    def note_attempt(self, explain=False):
+        [(account, outcome, ceiling, cost)] = self.last_attempts(1)
+        say(f"-> account {account}: reserved {usd_fine(ceiling)}, settled at {usd_fine(cost)} ({outcome}).")
+        if explain:
+            say(f"The reservation is the worst case: {DEMO_MODEL.split('/')[1]}'s whole 200,000-token window at its")
+            say("dearest input rate plus max_tokens of output. It holds budget only until the answer's usage")
+            say("settles the real cost, so no account can be overspent, however many prompts run at once.")
+        return account
 
 
-def _say(text):
+def say(text):
     click.secho("# " + text, fg="green")
 
 
-def run_demo(keep=False):
+def _routing(stdout):
+    """The routing object of the newest ``llm logs --json`` entry."""
+    try:
+        [entry] = json.loads(stdout)
+        response = entry.get("response_json")
+        response = json.loads(response) if isinstance(response, str) else response
+        return "(its response_json's routing object)\n" + json.dumps(response["routing"], indent=2)
+    except (ValueError, KeyError, TypeError):
+        return stdout
+
+
+def run_demo(keep=False, browse=False):
     from .standin import StandIn
 
     workdir = tempfile.mkdtemp(prefix="llm-accounts-demo-")
@@ -54,39 +106,88 @@ def run_demo(keep=False):
             for name, env_name, _ in DEMO_ACCOUNTS
         ]
     }
-    llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
-    with StandIn(config) as standin:
-        env = {
-            name: value
-            for name, value in os.environ.items()
-            if not name.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_"))
-        }
-        env.update(
-            LLM_USER_PATH=user_dir,
-            LLM_ACCOUNTS_BASE_URL=standin.base_url,
-            LLM_ACCOUNTS_LEDGER=os.path.join(workdir, "ledger.db"),
-        )
-        click.secho(
-            f"Demo: a local Messages API stand-in at {standin.base_url}, two demo accounts,\n"
-            f"and a throwaway llm user directory at {user_dir}.\n",
-            bold=True,
-        )
-        for name, env_name, budget in DEMO_ACCOUNTS:
-            # The key goes to llm's own key store through stdin, never on a command line.
-            _run([llm_bin, "keys", "set", env_name], env, stdin=keys[env_name], show=False)
-            _run([llm_bin, "accounts", "add", name, "--key-env", env_name, "--budget", budget], env)
-        _run([llm_bin, "accounts", "list"], env)
-        _say("A new conversation: the ledger reserves a worst-case ceiling, then settles the real cost.")
-        _run([llm_bin, "-m", DEMO_MODEL, "Suggest a name for a pelican-themed cafe"], env)
-        _say("Continuing it with -c: a conversation stays on the account it was bound to.")
-        _run([llm_bin, "-c", "Now a tagline for it"], env)
-        _say("Another new conversation goes to the account furthest behind its budget pace.")
-        _run([llm_bin, "-m", DEMO_MODEL, "--no-stream", "Three facts about herons"], env)
-        _run([llm_bin, "accounts", "attempts"], env)
-        _run([llm_bin, "accounts", "status"], env)
-    if keep:
-        click.echo(f"Kept {workdir}: set LLM_USER_PATH={user_dir} to explore it.")
-    else:
-        import shutil
+    env = {name: value for name, value in os.environ.items() if not name.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_"))}
+    env.pop("LLM_LOAD_PLUGINS", None)
+    try:
+        with StandIn(config) as standin:
+            env.update(
+                LLM_USER_PATH=user_dir,
+                LLM_ACCOUNTS_BASE_URL=standin.base_url,
+                LLM_ACCOUNTS_LEDGER=os.path.join(workdir, "ledger.db"),
+            )
+            demo = Demo(workdir, env)
+            _story(demo, standin, keys)
+        if browse:
+            say("The dashboard and the canned queries, in Datasette (Ctrl-C to stop):")
+            click.secho("$ llm accounts browse --open", fg="cyan", bold=True)
+            try:
+                subprocess.run([demo.llm, "accounts", "browse", "--open"], env=env)
+            except KeyboardInterrupt:
+                pass
+    finally:
+        if keep:
+            click.echo(
+                f"\nKept {workdir}. To look around:\n"
+                f"  export LLM_USER_PATH={shlex.quote(user_dir)} LLM_ACCOUNTS_LEDGER={shlex.quote(os.path.join(workdir, 'ledger.db'))}\n"
+                "  llm accounts status; llm logs -n 3; llm accounts browse --open\n"
+                "(the stand-in is gone, so new prompts would need a real account or 'llm accounts standin')"
+            )
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
 
-        shutil.rmtree(workdir, ignore_errors=True)
+
+def _story(demo, standin, keys):
+    click.secho(
+        "llm-accounts demo: a local stand-in of the Anthropic Messages API with three demo accounts\n"
+        "and a throwaway llm user directory. Every command below is real; only the API is local.\n",
+        bold=True,
+    )
+    say("Three accounts, each an Anthropic organization with its own monthly budget. Their keys were")
+    say("stored with 'llm keys set DEMO_ALPHA_KEY' and so on (typed at the prompt, never on a command line).")
+    for name, env_name, budget in DEMO_ACCOUNTS:
+        demo.run("keys", "set", env_name, stdin=keys[env_name], show=False)
+        demo.run("accounts", "add", name, "--key-env", env_name, "--budget", budget)
+    demo.run("accounts", "list")
+
+    say("A new conversation goes to the account furthest behind its budget pace.")
+    demo.run("-m", DEMO_MODEL, "Suggest a name for a pelican-themed cafe")
+    first = demo.note_attempt(explain=True)
+
+    say("Continuing it with -c: a conversation stays on the account it was bound to.")
+    demo.run("-c", "Now a tagline for it")
+    demo.note_attempt()
+
+    say("Another new conversation goes to the account now furthest behind its pace.")
+    demo.run("-m", DEMO_MODEL, "--no-stream", "Three facts about herons")
+    second = demo.note_attempt()
+    if second == first:
+        say("(the same account: its pace is still the furthest behind)")
+
+    ladder = json.loads(demo.run("accounts", "ladder", "--model", DEMO_MODEL.split("/")[1], "--json", show=False))
+    next_up = next(rung["account"] for rung in ladder if rung["position"] == 1)
+    say(f"Now {next_up} answers its next request with a 429 (rate limited): nothing was billed, so a new")
+    say("conversation moves on to the next account, and llm logs records both attempts.")
+    standin.set_behaviour(next_up, "ok", script=["rate_limited"])
+    demo.run("-m", DEMO_MODEL, "List five birds that can swim")
+    demo.run("logs", "-n", "1", "--json", output=_routing)
+
+    say("The tiny account's $0.50 budget is below this model's $0.72 ceiling at its default max_tokens")
+    say("(64,000), so a conversation pinned to it is refused before anything is sent, in one line:")
+    demo.run("-m", DEMO_MODEL, "-o", "account", "tiny", "Hello", expect_failure=True)
+    say("A lower -o max_tokens lowers the ceiling until it fits:")
+    demo.run("-m", DEMO_MODEL, "-o", "account", "tiny", "-o", "max_tokens", "1000", "Hello")
+    demo.note_attempt()
+
+    say("Where the money is: spent, open ceilings and what remains, per account.")
+    demo.run("accounts", "status")
+    demo.run("accounts", "attempts")
+
+    say("What to try next:")
+    for line in (
+        "llm accounts browse --open            the Datasette dashboard and canned queries (scripts/demo --browse)",
+        "llm accounts ladder --model MODEL     the order new conversations try accounts, and why",
+        "llm accounts prices                   every model's rates and the ceiling one attempt reserves",
+        "llm accounts standin                  a local stand-in to point LLM_ACCOUNTS_BASE_URL at",
+        "llm accounts add NAME --key-env VAR --budget USD    your own accounts (README: Declaring accounts)",
+    ):
+        click.echo("  " + line)
