@@ -1,6 +1,6 @@
 """Spend views against the length of history, measured in one run (docs/performance.md).
 
-    .venv/bin/python bench/history.py [--sizes 1e3,1e5,1e6] [--repeat 5] [--admissions 30] [--dir DIR]
+    .venv/bin/python bench/history.py [--sizes 1e3,1e5,1e6] [--rounds 3] [--repeat 3] [--admissions 60] [--dir DIR]
 
 For each size it builds a ledger of that many attempts and times, on that ledger:
 
@@ -11,8 +11,9 @@ For each size it builds a ledger of that many attempts and times, on that ledger
 - the dashboard page ``/-/llm-accounts`` and its JSON ``/-/llm-accounts.json``;
 - ``llm accounts status``, ``attempts`` and ``ladder`` through click's CliRunner.
 
-Each figure is the median of ``--repeat`` runs (admission: of ``--admissions``); the minimum is
-printed beside it. A table per size, then every figure across sizes with the ratio of the largest
+Each figure is the median of ``--rounds`` x ``--repeat`` runs, the sizes taking turns round by
+round; admission, two fsync'd commits and so the noisiest, is the median of ``--admissions`` pairs
+per size with the sizes taking turns pair by pair. The minimum is printed beside each median. A table per size, then every figure across sizes with the ratio of the largest
 size to the smallest. Goal: each ratio <= 2, admission <= 1.2.
 
 The default sizes stop at 10^6 (about a minute to generate on a laptop-class machine). 10^7 is
@@ -328,26 +329,39 @@ class Quote:
     hour_after_key = False
 
 
-def admission(path, accounts, count):
-    """Seconds of each of ``count`` reserve+settle pairs, each on a connection opened for it."""
+def admission(path, accounts):
+    """Seconds of one reserve+settle pair on a connection opened for it, as a prompt's process."""
     from llm_accounts.ledger import Complete, Ledger, Scope
 
-    samples = []
-    for index in range(count + 1):
-        ledger = Ledger(path)
-        ledger.status(())  # opens the file: what a prompt's process has done before it reserves
-        attempt_id = uuid.uuid4().hex
-        start = time.perf_counter()
-        ledger.reserve(Scope("conversation", uuid.uuid4().hex), attempt_id, Quote, accounts)
-        ledger.settle(attempt_id, Complete(4_500_000, {"input_tokens": 1200, "output_tokens": 300}, Quote.requested_model))
-        elapsed = time.perf_counter() - start
-        ledger.close()
-        if index:
-            samples.append(elapsed)
+    ledger = Ledger(path)
+    ledger.status(())  # opens the file: what a prompt's process has done before it reserves
+    attempt_id = uuid.uuid4().hex
+    start = time.perf_counter()
+    ledger.reserve(Scope("conversation", uuid.uuid4().hex), attempt_id, Quote, accounts)
+    ledger.settle(attempt_id, Complete(4_500_000, {"input_tokens": 1200, "output_tokens": 300}, Quote.requested_model))
+    elapsed = time.perf_counter() - start
+    ledger.close()
+    return elapsed
+
+
+def admissions(paths, count):
+    """``{size: [seconds, ...]}``: ``count`` pairs per ledger, the sizes taking turns pair by pair,
+    so the machine's load (each pair is two fsync'd commits) touches every size alike."""
+    from llm_accounts.declarations import load_declaration
+
+    declared = {}
+    for size, path in paths.items():
+        os.environ["ANTHROPIC_ACCOUNTS"] = json.dumps(declaration(path))
+        declared[size] = load_declaration().accounts
+        admission(path, declared[size])  # untimed: the first pair opens a cold file
+    samples = {size: [] for size in paths}
+    for _ in range(count):
+        for size, path in paths.items():
+            samples[size].append(admission(path, declared[size]))
     return samples
 
 
-def measure(path, repeat, admissions):
+def measure(path, repeat):
     """Every figure for the ledger at ``path``: ``{name: ([seconds, ...], rows or None)}``."""
     from click.testing import CliRunner
     from datasette.app import Datasette
@@ -356,13 +370,10 @@ def measure(path, repeat, admissions):
     from datasette_plugin.queries import QUERIES
     from llm_accounts import schema
     from llm_accounts.cli import accounts as accounts_cli
-    from llm_accounts.declarations import load_declaration
 
     os.environ["LLM_ACCOUNTS_LEDGER"] = str(path)
     os.environ["ANTHROPIC_ACCOUNTS"] = json.dumps(declaration(path))
     results = {}
-    declared = load_declaration().accounts
-    results["admission (reserve+settle)"] = (admission(path, declared, admissions), None)
 
     ds = Datasette([str(path)])
     loop = asyncio.new_event_loop()
@@ -435,7 +446,7 @@ def main():
     parser.add_argument("--sizes", default="1e3,1e5,1e6", help="attempts per ledger, comma-separated (add 1e7 to opt in)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over the sizes in turn, so drift in the machine touches each")
     parser.add_argument("--repeat", type=int, default=3, help="timed runs of each figure per round (median and minimum of all)")
-    parser.add_argument("--admissions", type=int, default=15, help="reserve+settle pairs timed per size and round")
+    parser.add_argument("--admissions", type=int, default=60, help="reserve+settle pairs timed per size")
     parser.add_argument("--dir", help="directory for the ledgers (default: a new temporary directory, removed after)")
     args = parser.parse_args()
     sizes = [int(float(text)) for text in args.sizes.split(",")]
@@ -451,7 +462,8 @@ def main():
         for name in ("LLM_ACCOUNTS_BASE_URL", "LLM_ACCOUNTS_CLIENT", "ANTHROPIC_API_KEY"):
             os.environ.pop(name, None)
         print(f"SQLite {sqlite3.sqlite_version}; {len(ACCOUNTS)} accounts, {PERIODS} credit periods; "
-              f"{args.rounds} rounds of {args.repeat} runs (admission: {args.admissions} pairs) per figure; milliseconds")
+              f"{args.rounds} rounds of {args.repeat} runs per figure (admission: {args.admissions} pairs per size, "
+              "the sizes taking turns); milliseconds")
         paths, notes = {}, {}
         for size in sizes:
             path = paths[size] = directory / f"ledger-{size}.db"
@@ -466,11 +478,11 @@ def main():
             notes[size] = (f"{size:,} attempts ({opened:,} open), {path.stat().st_size / 2**20:,.0f} MiB, "
                            f"generated in {made:.1f} s; {check(path, size)}")
             print(notes[size], flush=True)
-        measure(paths[min(sizes)], 1, 2)  # warm-up: imports, Datasette's templates, caches
-        samples = {size: {} for size in sizes}
+        measure(paths[min(sizes)], 1)  # warm-up: imports, Datasette's templates, caches
+        samples = {size: {"admission (reserve+settle)": (times, None)} for size, times in admissions(paths, args.admissions).items()}
         for _ in range(args.rounds):
             for size in sizes:
-                for name, (times, rows) in measure(paths[size], args.repeat, args.admissions).items():
+                for name, (times, rows) in measure(paths[size], args.repeat).items():
                     samples[size].setdefault(name, ([], rows))[0].extend(times)
         table = {size: {name: (statistics.median(times), min(times), rows) for name, (times, rows) in figures.items()}
                  for size, figures in samples.items()}
