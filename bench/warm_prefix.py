@@ -1,7 +1,7 @@
 """Warm-prefix affinity measured in money: a replay through the stand-in (docs/performance.md
 "Warm-prefix affinity").
 
-Usage: python bench/warm_prefix.py [--seed 13] [--hours 3] [--accounts 4] [--speed 60] [--workers 8]
+Usage: python bench/warm_prefix.py [--seed 13] [--hours 3] [--accounts 4] [--speed 240] [--workers 8]
 
 Many short conversations share a few one-hour system prompts (some with the same tools): two hot,
 one warm, three rare. Each conversation runs through the real routed model (``llm.get_model(
@@ -367,7 +367,7 @@ def main():
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--hours", type=float, default=3.0, help="virtual hours of arrivals")
     parser.add_argument("--accounts", type=int, default=4)
-    parser.add_argument("--speed", type=float, default=60.0, help="virtual seconds per wall second")
+    parser.add_argument("--speed", type=float, default=240.0, help="virtual seconds per wall second")
     parser.add_argument("--workers", type=int, default=8, help="threads of the concurrent arms")
     args = parser.parse_args()
 
