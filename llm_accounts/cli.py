@@ -94,33 +94,54 @@ def path():
 @accounts.command()
 @click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port to listen on (0: any free port)")
 @click.option(
-    "config_path", "--config", required=True, type=click.Path(dir_okay=False), help="JSON file of keys and behaviours"
+    "config_path",
+    "--config",
+    type=click.Path(dir_okay=False),
+    help="JSON file of keys and behaviours (default: the built-in demo configuration)",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Loopback address to listen on")
 def standin(port, config_path, host):
     """Serve a local stand-in of the Anthropic Messages API for tests and demos.
 
     Real HTTP on loopback with the API's JSON and SSE bytes, usage with prompt-cache fields, and
-    per-key behaviours (ok, rate_limited, overloaded, drop, echo_key, ...). Prints the base URL,
-    then serves until Ctrl-C. The config names each key's label, organization and behaviour:
-    {"keys": [{"label": "a", "key": "...", "behaviour": "ok"}]}
+    per-key behaviours (ok, rate_limited, overloaded, drop, echo_key, refusal, ...). Prints the
+    base URL, then serves until Ctrl-C. A config names each key's label, organization and
+    behaviour: {"keys": [{"label": "a", "key": "sk-ant-...", "behaviour": "ok"}]}
+
+    Without --config it serves the built-in demo configuration: two keys, labels alpha and beta,
+    behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
+    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed), ready for 'llm accounts add alpha
+    --key-env STANDIN_ALPHA_KEY --budget 5.00'.
+
+    Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
+    key without it wherever it appears in a reply, which garbles text when the key begins with
+    a common letter.
 
     \b
     Example:
-        llm accounts standin --port 8765 --config standin.json
+        llm accounts standin --port 8765
         LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:8765 llm -m claude-routed "hi"
+        llm accounts standin --port 8765 --config standin.json
     """
     from .standin import ConfigError, is_loopback, load_config, serve
 
     if not is_loopback(host):
         fail("--host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
-    try:
-        config = load_config(config_path)
-    except ConfigError as error:
-        fail(error)
+    described = None
+    if config_path is None:
+        from .standin import demo_config
+
+        config, described = demo_config()
+    else:
+        try:
+            config = load_config(config_path)
+        except ConfigError as error:
+            fail(error)
 
     def ready(base_url):
         click.echo(base_url)
+        if described:
+            click.echo(described, err=True)
         click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
 
     try:

@@ -974,3 +974,32 @@ def test_command_reports_a_busy_port_in_one_line(tmp_path, canary_key):
         result = CliRunner().invoke(accounts, ["standin", "--config", str(config), "--port", str(port)])
     assert result.exit_code == 1
     assert result.output.startswith(f"Error: --port: cannot listen on 127.0.0.1:{port} (")
+
+
+def test_standin_without_config_serves_demo_keys_it_stores_in_llms_key_store(user_path, tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_"))}
+    env.update(LLM_USER_PATH=str(user_path), LLM_ACCOUNTS_LEDGER=str(tmp_path / "ledger.db"))
+    llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
+    server = subprocess.Popen(
+        [llm_bin, "accounts", "standin", "--port", "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        base_url = server.stdout.readline().strip()
+        described = server.stderr.readline()
+        assert base_url.startswith("http://127.0.0.1:")
+        assert "STANDIN_ALPHA_KEY" in described and "STANDIN_BETA_KEY" in described
+        stored = json.loads((user_path / "keys.json").read_text())
+        assert stored["STANDIN_ALPHA_KEY"].startswith("sk-ant-") and stored["STANDIN_BETA_KEY"].startswith("sk-ant-")
+        assert oct((user_path / "keys.json").stat().st_mode & 0o777) == "0o600"
+        env["LLM_ACCOUNTS_BASE_URL"] = base_url
+        subprocess.run([llm_bin, "accounts", "add", "alpha", "--key-env", "STANDIN_ALPHA_KEY", "--budget", "5.00"], env=env, check=True, capture_output=True)
+        answer = subprocess.run(
+            [llm_bin, "-m", "claude-routed/claude-haiku-4-5", "Hello"], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+        assert answer.returncode == 0, answer.stderr
+        assert answer.stdout.startswith("Stand-in reply to: Hello")
+        for key in (stored["STANDIN_ALPHA_KEY"], stored["STANDIN_BETA_KEY"]):
+            assert_no_key_material(described + base_url + answer.stdout + answer.stderr, key)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

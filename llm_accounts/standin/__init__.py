@@ -40,6 +40,7 @@ replies are deterministic (``replies``); the model table is the stand-in's own (
 """
 
 from .config import BEHAVIOURS, ConfigError, load_config, validate_config
+from .demo import demo_config
 from .models import MODELS, RETIRED, find_model
 from .server import StandIn, is_loopback, serve
 from .tokens import count_tokens, text_tokens
@@ -51,6 +52,7 @@ __all__ = [
     "ConfigError",
     "StandIn",
     "count_tokens",
+    "demo_config",
     "find_model",
     "is_loopback",
     "load_config",

@@ -1,0 +1,63 @@
+"""The stand-in's built-in demo configuration (``llm accounts standin`` with no ``--config``).
+
+Two keys, labels ``alpha`` and ``beta``, behaviour ``ok``, each a fresh random key shaped like a
+real one (the ``sk-ant-`` prefix keeps the scrubbing rule from masking the first character of
+every reply that quotes one, docs/security.md "Scrubbing"). The keys go to llm's key store under
+``STANDIN_ALPHA_KEY`` and ``STANDIN_BETA_KEY`` and nowhere else, so accounts can name them.
+"""
+
+import json
+import os
+import secrets
+import string
+import tempfile
+
+from ..paths import user_dir
+
+DEMO_KEYS = (("alpha", "STANDIN_ALPHA_KEY"), ("beta", "STANDIN_BETA_KEY"))
+
+
+def _key():
+    alphabet = string.ascii_letters + string.digits
+    return "sk-ant-api03-standin" + "".join(secrets.choice(alphabet) for _ in range(80)) + "AA"
+
+
+def demo_config():
+    """``(config, description)``: the demo keys, stored in llm's keys.json (0600)."""
+    keys = {env_name: _key() for _, env_name in DEMO_KEYS}
+    _store(keys)
+    config = {
+        "keys": [
+            {"label": label, "key": keys[env_name], "organization": f"org-{label}", "behaviour": "ok"}
+            for label, env_name in DEMO_KEYS
+        ]
+    }
+    names = " and ".join(env_name for _, env_name in DEMO_KEYS)
+    description = (
+        f"Built-in demo configuration: keys alpha and beta (behaviour ok), stored in llm's key store as {names}; "
+        "declare them with: llm accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 5.00"
+    )
+    return config, description
+
+
+def _store(keys):
+    """Merge ``keys`` into llm's keys.json, atomically and user-only, keeping every other entry."""
+    path = user_dir() / "keys.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        current = json.loads(path.read_text())
+    except (OSError, ValueError):
+        current = {"// Note": "This file stores secret API credentials. Do not share!"}
+    if not isinstance(current, dict):
+        current = {}
+    current.update(keys)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keys-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(current, f, indent=2)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
