@@ -673,7 +673,7 @@ def _known_account(ledger, name):
         fail(error)
     if name not in held:
         fail(AccountsError(
-            "declaration_invalid",
+            "not_found",
             "NAME: no declared account and no account in the ledger has this name (see llm accounts list)",
         ))
     return name
@@ -846,22 +846,25 @@ def _warm_line(warmth):
 
 
 @accounts.command()
+@click.argument("attempt_id", required=False)
 @click.option("open_", "--open", is_flag=True, help="Only attempts still holding their ceiling")
 @click.option("--account", metavar="NAME", help="Only this account's attempts")
 @click.option("--limit", type=click.IntRange(1), metavar="N", help="Newest N attempts (default 20; with --open, every open attempt)")
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
-def attempts(open_, account, limit, json_):
+def attempts(attempt_id, open_, account, limit, json_):
     """List attempts, newest first: id, account, state, outcome, ceiling and cost.
 
     An open attempt keeps its ceiling counted against the budget until it is settled or
     reconciled ('llm accounts reconcile ATTEMPT_ID --cost USD --source REF'). With --open every
     open attempt is listed unless --limit is given; when a limit leaves attempts out, a line
-    after the table says how many.
+    after the table says how many. Give ATTEMPT_ID (or a unique prefix of it, at least 4
+    characters) to show just that attempt.
 
     \b
     Example:
         llm accounts attempts --open
         llm accounts attempts --account work --limit 5 --json
+        llm accounts attempts 0f6c3a52 --json
     """
     from .errors import AccountsError
     from .money import usd_fine
@@ -873,6 +876,8 @@ def attempts(open_, account, limit, json_):
         limit = 20
     try:
         ledger = _ledger()
+        if attempt_id is not None:
+            filters = {**filters, "id": ledger.resolve_attempt_id(attempt_id)}
         rows = ledger.attempts(limit=limit, **filters)
         total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
     except AccountsError as error:
@@ -973,12 +978,13 @@ def reconcile(attempt_id, cost, source, adjustment_id):
 
     Use it for attempts left open by an unknown outcome (5xx, a broken stream, a killed
     process): until then their ceiling counts against the budget. A settled cost is never
-    rewritten; use 'llm accounts adjust' for corrections.
+    rewritten; use 'llm accounts adjust' for corrections. ATTEMPT_ID may be a unique prefix
+    of the id (at least 4 characters).
 
     \b
     Example:
         llm accounts attempts --open
-        llm accounts reconcile 0f6c3a52-... --cost 0.0412 --source "console usage 2026-11-03"
+        llm accounts reconcile 0f6c3a52 --cost 0.0412 --source "console usage 2026-11-03"
     """
     import uuid
 
@@ -987,7 +993,9 @@ def reconcile(attempt_id, cost, source, adjustment_id):
 
     nusd = _usd_option(cost, "--cost", allow_zero=True)
     try:
-        result = _ledger().reconcile(adjustment_id or uuid.uuid4().hex, attempt_id, nusd, source)
+        ledger = _ledger()
+        attempt_id = ledger.resolve_attempt_id(attempt_id)
+        result = ledger.reconcile(adjustment_id or uuid.uuid4().hex, attempt_id, nusd, source)
     except AccountsError as error:
         fail(error)
     if result == "already_recorded":
@@ -1001,7 +1009,7 @@ def reconcile(attempt_id, cost, source, adjustment_id):
 @click.option("--month", required=True, metavar="YYYY-MM", help="Credit period to correct")
 @click.option("--delta", required=True, metavar="USD", help="Signed change to that period's spend, such as 1.25 or -0.40")
 @click.option("--source", required=True, metavar="REF", help="Where the correction comes from")
-@click.option("attempt_id", "--attempt", metavar="ID", help="The attempt this corrects, if any")
+@click.option("attempt_id", "--attempt", metavar="ID", help="The attempt this corrects, if any (its id or a unique prefix)")
 @click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one)")
 def adjust(name, month, delta, source, attempt_id, adjustment_id):
     """Correct an account's spend for a credit period by a signed amount, with its source.
@@ -1022,6 +1030,8 @@ def adjust(name, month, delta, source, attempt_id, adjustment_id):
     nusd = _usd_option(delta, "--delta", signed=True)
     try:
         ledger = _ledger()
+        if attempt_id is not None:
+            attempt_id = ledger.resolve_attempt_id(attempt_id)
         result = ledger.adjust(
             adjustment_id or uuid.uuid4().hex, _known_account(ledger, name), month, nusd, source, attempt_id=attempt_id
         )
@@ -1057,7 +1067,7 @@ def rebind(conversation_id, name, source):
     if declared is None:
         # The name is not repeated: a key pasted as NAME must not be echoed.
         fail(AccountsError(
-            "declaration_invalid", "NAME: a conversation moves only to a declared account (see llm accounts list)"
+            "not_found", "NAME: a conversation moves only to a declared account, and none has this name (see llm accounts list)"
         ))
     try:
         old = _ledger().rebind(Scope("conversation", conversation_id), declared, source)
@@ -1095,7 +1105,7 @@ def refresh_models(names, json_):
         if set(names) - {a.name for a in declaration.accounts}:
             # The unknown name is not repeated: a key pasted as NAMES must not be echoed.
             raise AccountsError(
-                "declaration_invalid", "NAMES: each must be a declared account's name (see llm accounts list)"
+                "not_found", "NAMES: each must be a declared account's name (see llm accounts list)"
             )
         if not declaration.routed:
             raise AccountsError("declaration_invalid", "no accounts declared: add one with 'llm accounts add'")

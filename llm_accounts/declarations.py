@@ -786,7 +786,7 @@ def _remove_account(name):
     remaining = [a for a in accounts or () if a.name != name]
     if len(remaining) == len(accounts or ()):
         # An unknown name is not repeated: a key pasted as NAME must not be echoed.
-        raise invalid(f"NAME: no account in {ACCOUNTS_FILE} has this name; see 'llm accounts list'")
+        raise AccountsError("not_found", f"NAME: no account in {ACCOUNTS_FILE} has this name; see 'llm accounts list'")
     return save_accounts_file(remaining, lookup)
 
 

@@ -28,6 +28,9 @@ CODES = frozenset(
         "declaration_invalid",
         # No account can take a new conversation (all cooling, blocked or not serving the model).
         "no_account_available",
+        # A command named something the ledger or the declaration does not hold: an account,
+        # an attempt id (or a prefix matching none), a conversation.
+        "not_found",
     }
 )
 

@@ -13,8 +13,8 @@ Money is integer nanodollars. Each ``month`` row keeps running totals of its att
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
 changes an attempt, so admission reads one row per account instead of summing the month;
 ``audit()`` recomputes them from the attempt rows. Adjustments are summed from ``adjustment``.
-A client's cap on an account (docs/architecture.md "Client caps"), in dollars or tokens, is checked by
-summing that client's attempts in the same transaction, on the partial ``attempt_client`` index.
+A client's cap on an account (docs/architecture.md "Client caps"), in dollars or tokens, is checked in
+the same transaction against that client's ``month_client`` totals, kept by the attempt triggers.
 
 Attempt rows hold ids, numbers, closed-set codes and the request digest: never a prompt, body,
 header, key, key length or fingerprint.
@@ -226,6 +226,8 @@ class _Deferred:
 
 
 _requested = threading.local()
+# An attempt id or a prefix of one, as typed (``resolve_attempt_id``).
+_ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -938,7 +940,7 @@ class Ledger:
                 (attempt_id,),
             ).fetchone()
             if row is None:
-                raise invalid("attempt_id", "no attempt with this id is in the ledger (see llm accounts attempts --open)")
+                raise AccountsError("not_found", "attempt_id: no attempt with this id is in the ledger (see llm accounts attempts --open)")
             if self._repeat(conn, adjustment_id, "reconciliation", attempt_id, row["provider"], row["account"],
                             row["month_utc"], 0, source_ref, str(cost_nusd)):
                 return "already_recorded"
@@ -1026,7 +1028,7 @@ class Ledger:
         check_source(source_ref)
         if declared is None:
             raise AccountsError(
-                "declaration_invalid",
+                "not_found",
                 f"account '{name}' is not declared; a conversation moves only to a declared account (see llm accounts list)",
                 account=name,
             )
@@ -1039,7 +1041,7 @@ class Ledger:
             if old is None:
                 # The id is not repeated: the ledger holds nothing to match it with.
                 raise AccountsError(
-                    "declaration_invalid",
+                    "not_found",
                     "CONVERSATION_ID: the ledger holds no conversation with this id, so there is nothing to move; "
                     "a conversation is recorded by its first routed prompt (see llm logs list for ids)",
                 )
@@ -1172,9 +1174,8 @@ class Ledger:
         by_client = {}
         if any(capped_clients(account) for account in declared.values()):
             for row in conn.execute(
-                f"""SELECT account, client, {_CLIENT_SUMS}
-                   FROM attempt WHERE provider = ? AND month_utc = ? AND client IS NOT NULL
-                   GROUP BY account, client""",
+                """SELECT account, client, settled_nusd, open_nusd, tokens, open_tokens
+                   FROM month_client WHERE provider = ? AND month_utc = ?""",
                 (provider, month),
             ):
                 by_client[row[0], row[1]] = tuple(row[2:])
@@ -1302,6 +1303,30 @@ class Ledger:
         if limit is not None:
             sql += f" LIMIT {limit}"
         return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
+
+    def resolve_attempt_id(self, prefix):
+        """The one attempt id that starts with ``prefix`` (at least 4 characters), read on the
+        primary key's order; ``not_found`` for none, ``declaration_invalid`` for several. The
+        prefix is never repeated: it is free text from the command line."""
+        if not isinstance(prefix, str) or not _ID_PREFIX.fullmatch(prefix):
+            raise invalid("ATTEMPT_ID", "must be an attempt id or a unique prefix of one (at least 4 of its characters)")
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+        def run(conn):
+            if conn.execute("SELECT 1 FROM attempt WHERE id = ?", (prefix,)).fetchone():
+                return [prefix]
+            if len(prefix) < 4:
+                return []
+            return [row[0] for row in conn.execute("SELECT id FROM attempt WHERE id >= ? AND id < ? ORDER BY id LIMIT 2", (prefix, upper))]
+
+        found = self._run("resolve_attempt_id", run, write=False)
+        if prefix in found:
+            return prefix
+        if not found:
+            raise AccountsError("not_found", "ATTEMPT_ID: no attempt in the ledger has this id or starts with it (see llm accounts attempts)")
+        if len(found) > 1:
+            raise invalid("ATTEMPT_ID", "more than one attempt starts with this prefix; give more of the id")
+        return found[0]
 
     def attempt_count(self, **filters):
         """How many attempt rows match ``filters`` (the same filters as ``attempts``)."""
@@ -1459,23 +1484,19 @@ def _client_cap_status(client, cap, token_cap, settled, open_, tokens_used, toke
     )
 
 
-# A client's settled costs, open ceilings, settled tokens and open token ceilings, in one pass.
-_CLIENT_SUMS = """COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0),
-       COALESCE(SUM(CASE WHEN state = 'settled' THEN tokens END), 0),
-       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_tokens END), 0)"""
-
-
 def _client_totals(conn, provider, account, month, client):
     """Per-client caps (docs/architecture.md "Client caps"): ``(settled costs, open ceilings, settled
     tokens, open token ceilings)`` of ``client``'s attempts on ``account`` in credit period
-    ``month``, in one statement on the ``attempt_client`` index. Adjustments are account-wide and
-    in dollars, so none count here. A client's attempts on one account in one period are few next
-    to the month's, so summing them is cheap and cannot drift from the rows (bench/ledger.py)."""
-    return conn.execute(
-        f"""SELECT {_CLIENT_SUMS}
-           FROM attempt WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?""",
-        (provider, account, month, client),
+    ``month``, read from its ``month_client`` row: the attempt triggers keep it in the statement
+    that writes an attempt, hence in that attempt's transaction, so admission reads one row
+    however long the client's history (summing the attempts grew with it: bench/client_caps.py).
+    Adjustments are account-wide and in dollars, so none count here."""
+    row = conn.execute(
+        """SELECT settled_nusd, open_nusd, tokens, open_tokens FROM month_client
+           WHERE month_utc = ? AND provider = ? AND account = ? AND client = ?""",
+        (month, provider, account, client),
     ).fetchone()
+    return tuple(row) if row is not None else (0, 0, 0, 0)
 
 
 def _same_settlement(row, fields):

@@ -108,7 +108,7 @@ def test_an_unknown_account_name_is_not_repeated_even_when_it_is_a_valid_name(li
     name = name_shaped()
     result = run(*(part.replace("{name}", name) for part in line))
     assert result.exit_code == 1
-    assert "Error: declaration_invalid: NAME" in result.output
+    assert "Error: not_found: NAME" in result.output
     assert_no_key_material(result.output, name)
 
 
@@ -116,7 +116,7 @@ def test_refresh_models_names_the_argument_and_rule_for_an_undeclared_name(canar
     result = run("accounts", "refresh-models", canary_key)
     assert result.exit_code == 1
     assert result.output == (
-        "Error: declaration_invalid: NAMES: each must be a declared account's name (see llm accounts list)\n"
+        "Error: not_found: NAMES: each must be a declared account's name (see llm accounts list)\n"
     )
 
 
@@ -124,7 +124,7 @@ def test_rebind_does_not_repeat_the_conversation_id(canary_key):
     conversation_id = "c" + canary_key[13:]  # passes the id rule (no sk-ant) and is no option (no leading -)
     result = run("accounts", "rebind", conversation_id, "work")
     assert result.exit_code == 1
-    assert result.output.startswith("Error: declaration_invalid: CONVERSATION_ID: the ledger holds no conversation with this id")
+    assert result.output.startswith("Error: not_found: CONVERSATION_ID: the ledger holds no conversation with this id")
     assert_no_key_material(result.output, canary_key)
 
 

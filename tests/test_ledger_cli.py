@@ -141,3 +141,45 @@ def test_rebind_moves_a_conversation(declared):
     result = run("rebind", "01jd7k2m4q", other)
     assert f"now uses account {other} (was {first.account})" in result.output
     assert reserve("a2", conversation="01jd7k2m4q").account == other
+
+
+# Attempt ids: a unique prefix is enough; something that does not exist says so
+
+
+def test_reconcile_takes_a_unique_prefix_of_the_attempt_id(declared):
+    reserve("0f6c3a52-7d1e-4c55-9a0b-5b2f1e8d9c01")
+    settle("0f6c3a52-7d1e-4c55-9a0b-5b2f1e8d9c01", Unknown("provider_error", "provider_outage", 500))
+    result = run("reconcile", "0f6c3a", "--cost", "0.01", "--source", "console")
+    assert result.exit_code == 0, result.output
+    assert result.output == "Attempt 0f6c3a52-7d1e-4c55-9a0b-5b2f1e8d9c01 settled at $0.0100\n"
+
+
+def test_attempts_shows_the_one_attempt_a_prefix_names(declared):
+    reserve("0f6c3a52-7d1e-4c55-9a0b-5b2f1e8d9c01")
+    reserve("9b1d2e3f-0000-4c55-9a0b-5b2f1e8d9c02", conversation="c2")
+    [row] = json.loads(run("attempts", "9b1d", "--json").output)
+    assert row["id"] == "9b1d2e3f-0000-4c55-9a0b-5b2f1e8d9c02"
+
+
+def test_a_prefix_matching_several_attempts_asks_for_more_of_the_id(declared):
+    reserve("0f6c3a52-aaaa-4c55-9a0b-5b2f1e8d9c01")
+    reserve("0f6c3a52-bbbb-4c55-9a0b-5b2f1e8d9c02", conversation="c2")
+    result = run("reconcile", "0f6c", "--cost", "0", "--source", "console")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: declaration_invalid: ATTEMPT_ID: more than one attempt starts with this prefix; give more of the id\n"
+    )
+
+
+def test_an_attempt_id_the_ledger_does_not_hold_is_not_found_and_not_repeated(declared):
+    reserve("0f6c3a52-7d1e-4c55-9a0b-5b2f1e8d9c01")
+    result = run("reconcile", "deadbeef", "--cost", "0", "--source", "console")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: not_found: ATTEMPT_ID: no attempt in the ledger has this id")
+    assert "deadbeef" not in result.output
+
+
+def test_an_account_that_does_not_exist_is_not_found(declared):
+    result = run("block", "nobody")
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: not_found: NAME: no declared account")

@@ -398,7 +398,7 @@ def test_rebind_refuses_a_conversation_the_ledger_never_saw_without_naming_it(le
     ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
     with pytest.raises(AccountsError) as caught:
         ledger.rebind(conv("never-seen-0042"), work, now=T0)
-    assert caught.value.code == "declaration_invalid"
+    assert caught.value.code == "not_found"
     assert "never-seen-0042" not in str(caught.value)
     assert ledger._conn.execute("SELECT COUNT(*) FROM binding WHERE scope_id = 'never-seen-0042'").fetchone()[0] == 0
     assert ledger._conn.execute("SELECT COUNT(*) FROM adjustment WHERE kind = 'rebind'").fetchone()[0] == 0
@@ -418,7 +418,7 @@ def test_rebind_refuses_a_target_that_is_only_a_name_in_the_ledger(ledger, work,
     ledger.reserve(conv("c2"), "a2", quote(), [home], now=T0)
     with pytest.raises(AccountsError) as caught:
         ledger.rebind(conv("c1"), "home", now=T0)
-    assert caught.value.code == "declaration_invalid"
+    assert caught.value.code == "not_found"
     assert ledger._conn.execute("SELECT account FROM binding WHERE scope_id = 'c1'").fetchone()[0] == "work"
 
 
@@ -429,7 +429,7 @@ def test_the_rebind_command_refuses_an_undeclared_target(ledger_path, monkeypatc
     save_accounts_file([Account("work", "WORK_KEY", NANO)], None)
     result = run("rebind", "c1", "home")
     assert result.exit_code == 1
-    assert result.output.startswith("Error: declaration_invalid: ")
+    assert result.output.startswith("Error: not_found: ")
 
 
 # 8. attempts --open shows every open attempt, or says how many more there are
