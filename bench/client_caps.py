@@ -2,11 +2,10 @@
 
     .venv/bin/python bench/client_caps.py [--history 20000] [--attempts 400] [--dir DIR]
 
-A client's dollar and token caps are checked by summing that client's attempts on the account
-this credit period, on the partial ``attempt_client`` index, inside the admission transaction.
-This prints the time of one reserve+settle, sequentially, with no client, with a client capped
+A client's dollar and token caps are checked, inside the admission transaction, against the
+client's ``month_client`` totals (kept by the attempt triggers). This prints the time of one reserve+settle, sequentially, with no client, with a client capped
 in dollars and tokens, after ``--history`` earlier settled attempts of that client on the
-account, and their ratio: how far the sum grows with a client's history in one period.
+account, and their ratio: what a capped client costs once its history in one period is long.
 """
 
 import argparse

@@ -243,6 +243,9 @@ class Ledger:
 
             path = paths.ledger_path()
         self.path = pathlib.Path(path)
+        # What ``status()`` compares the ledger's accounts with when called without any
+        # (``open_ledger`` sets the current declaration, so a notebook sees which are declared).
+        self.default_accounts = None
         self._lock = threading.Lock()
         self._conn = None
         self._run("open", self._open, transaction=False)
@@ -1108,8 +1111,11 @@ class Ledger:
     # -- reading -------------------------------------------------------------------------------
 
     def status(self, accounts=None, *, provider="anthropic", now=None):
-        """Per account, this credit period: budget, spend, open ceilings, remaining, today, health, block."""
-        declared = declared_accounts(accounts)
+        """Per account, this credit period: budget, spend, open ceilings, remaining, today, health, block.
+
+        ``accounts`` are the declared accounts (default: ``default_accounts``); an account the
+        ledger holds but they do not is listed with ``declared`` false."""
+        declared = declared_accounts(accounts if accounts is not None else self.default_accounts)
         return self._run("status", lambda conn: self._status_lines(conn, declared, provider, now or clock.now()), write=False)
 
     def ladder(self, accounts, quote, *, client=None, provider="anthropic", now=None):
@@ -1644,10 +1650,20 @@ async def run_async(fn, *args, **kw):
     return await done
 
 
-def open_ledger(path=None):
+def open_ledger(path=None, accounts=None):
     """Open the ledger for reading and accounting (the notebook entry point).
+
+    ``status()`` then tells declared accounts from undeclared ones: ``accounts``, else the
+    current declaration (``ANTHROPIC_ACCOUNTS``, ``.env``, ``accounts.json``), the same as
+    ``llm accounts status``.
 
     >>> ledger = open_ledger()
     >>> ledger.spend(month_utc="2026-11")
     """
-    return Ledger(path)
+    if accounts is None:
+        from .declarations import load_declaration
+
+        accounts = load_declaration().accounts  # a broken declaration says so (accounts=() skips it)
+    ledger = Ledger(path)
+    ledger.default_accounts = tuple(accounts)
+    return ledger

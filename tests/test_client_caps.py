@@ -230,16 +230,20 @@ def test_status_of_an_account_without_caps_lists_none(ledger):
 # The ledger file
 
 
-def test_the_client_sum_uses_the_partial_client_index(ledger):
-    plan = " ".join(
-        row[-1]
-        for row in ledger._conn.execute(
-            """EXPLAIN QUERY PLAN SELECT COALESCE(SUM(cost_nusd), 0) FROM attempt
-               WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?""",
-            ("anthropic", "work", clock.credit_month(T0), "ci"),
-        )
-    )
-    assert "attempt_client" in plan
+def test_admission_reads_client_totals_that_match_the_clients_attempt_rows(ledger):
+    work = capped(caps=(("ci", NANO),))
+    ledger.reserve(conv("c1"), "a1", quote(400_000), [work], client="ci", now=T0)
+    ledger.settle("a1", complete(123_000), now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(200_000), [work], client="ci", now=T0)
+    ledger.reserve(conv("c3"), "a3", quote(300_000), [work], client="ci", now=T0)
+    ledger.reconcile("r1", "a3", 7, "invoice 1", now=T0)
+    ledger.reserve(conv("c4"), "a4", quote(50_000), [work], now=T0)  # no client: not counted
+    summed = ledger._conn.execute(
+        """SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+           FROM attempt WHERE client = 'ci'"""
+    ).fetchone()
+    (cap,) = ledger.status([work], now=T0)[0].client_caps
+    assert (cap.settled_nusd, cap.open_ceiling_nusd) == tuple(summed) == (123_007, 200_000)
 
 
 def test_attempts_without_a_client_add_no_client_index_entries(ledger):
