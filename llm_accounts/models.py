@@ -69,7 +69,7 @@ class _Shared:
             return None
         return super().get_key(explicit_key)
 
-    def _prepare(self, prompt, stream, conversation, key):
+    def _prepare(self, prompt, stream, conversation, key, response=None):
         from .declarations import load_declaration
 
         check_prompt(prompt)
@@ -107,6 +107,8 @@ class _Shared:
                 pinned=prompt.options.account,
                 client=prompt.options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None,
                 retries=DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries,
+                # The llm logs row this prompt becomes, so a ledger attempt joins it.
+                llm_response_id=getattr(response, "id", None),
             ),
             request,
         )
@@ -365,7 +367,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
     def _routed(self, prompt, stream, response, conversation, key, end):
         try:
-            call, request = self._prepare(prompt, stream, conversation, key)
+            call, request = self._prepare(prompt, stream, conversation, key, response)
             del key  # an unrouted call keeps it wrapped; no frame of ours holds it bare
             url = transport.messages_url()
             http = transport.shared_client()
@@ -492,7 +494,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
     async def _routed(self, prompt, stream, response, conversation, key, end):
         try:
-            call, request = await run_async(self._prepare, prompt, stream, conversation, key)
+            call, request = await run_async(self._prepare, prompt, stream, conversation, key, response)
             del key
             url = transport.messages_url()
             http = transport.shared_async_client()

@@ -45,7 +45,8 @@ class Attempt:
 
 class RoutedCall:
     def __init__(
-        self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES
+        self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES,
+        llm_response_id=None,
     ):
         self.declaration = declaration
         self.ledger = ledger
@@ -53,6 +54,7 @@ class RoutedCall:
         self.scope = scope
         self.pinned = pinned
         self.client = client
+        self.llm_response_id = llm_response_id
         self.revision = revision or pricing.current_revision()
         # Raises unsupported_pricing before anything is reserved or sent.
         self.quote = pricing.quote(body, self.revision)
@@ -95,6 +97,7 @@ class RoutedCall:
                 self.accounts,
                 pinned=self.pinned,
                 client=self.client,
+                llm_response_id=self.llm_response_id,
                 exclude=tuple(name for name in self.tried if name != self.retrying),
             )
         except AccountsError as error:
