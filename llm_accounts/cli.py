@@ -1203,8 +1203,9 @@ def ladder(model_id, client, json_):
                     "account": r.name,
                     "rank": r.rank,
                     "weight": r.weight,
-                    "committed_usd": usd_exact(r.committed_nusd),
-                    "budget_usd": usd_exact(r.budget_nusd),
+                    # Money in JSON output is integer nanodollars, as in status --json (README "JSON output").
+                    "committed_nusd": r.committed_nusd,
+                    "budget_nusd": r.budget_nusd,
                     "available": r.available,
                     "code": r.code,
                     "reason": r.reason,

@@ -64,3 +64,10 @@ def test_a_cooling_account_is_listed_with_its_cooldown(accounts, ledger_path):
     [alpha] = [r for r in ladder_json() if r["account"] == "alpha"]
     assert alpha["position"] is None
     assert alpha["reason"].startswith("cooling down after rate_limited until")
+
+
+def test_ladder_json_gives_money_in_nanodollars_like_status(ledger_path, at_now):
+    save_accounts_file([ALPHA], None)
+    Ledger().adjust("spent", ALPHA, clock.credit_month(NOW), 3 * NANO, "test")
+    [rung] = ladder_json()
+    assert (rung["committed_nusd"], rung["budget_nusd"]) == (3 * NANO, 20 * NANO)
