@@ -8,6 +8,7 @@ it read-only for queries, and the plugin's queries never write.
 import importlib.util
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -74,6 +75,20 @@ def datasette_command(ledger, *, port=DEFAULT_PORT):
     return [sys.executable, "-m", "datasette", "serve", str(ledger), "--host", HOST, "--port", str(port)]
 
 
+def check_port_free(port):
+    """Refuse a port another program listens on, rather than print a URL that shows its pages."""
+    probe = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        probe.bind((HOST, port))
+    except OSError:
+        raise AccountsError(
+            "declaration_invalid",
+            f"--port: {HOST}:{port} is already in use by another program; choose a free one, for example --port {port + 1}",
+        ) from None
+    finally:
+        probe.close()
+
+
 def dashboard_url(port=DEFAULT_PORT):
     return f"http://{HOST}:{port}{DASHBOARD_PATH}"
 
@@ -117,6 +132,7 @@ def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=
     env = child_environment(
         environ, {account.key_env for account in declaration.accounts}, declared_keys(declaration, environ)
     )
+    check_port_free(port)
     command = datasette_command(ledger, port=port)
     process = subprocess.Popen(command, env=env)
     echo(f"Dashboard: {dashboard_url(port)}")

@@ -1163,7 +1163,7 @@ def ladder(model_id, client, json_):
     from .declarations import load_declaration
     from .errors import AccountsError
     from .ledger import Ledger
-    from .money import usd, usd_exact, usd_fine
+    from .money import usd, usd_fine
     from .pricing import current_revision
 
     try:

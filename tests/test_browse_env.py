@@ -131,3 +131,24 @@ def test_browse_compares_only_keys_that_resolve(monkeypatch, ledger_path):
     env = captured_child_environment(monkeypatch, ledger_path, environ)
     assert sorted(env) == ["ANTHROPIC_ACCOUNTS", "PATH"]
     assert_no_key_material("\n".join(env.values()), alpha_key)
+
+
+def test_browse_on_a_busy_port_says_the_port_is_taken_and_starts_nothing(ledger_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from llm_accounts.cli import accounts
+
+    Ledger(ledger_path).close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = []
+        monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+        result = CliRunner().invoke(accounts, ["browse", "--port", str(port)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: declaration_invalid: --port: 127.0.0.1:{port} is already in use by another program; "
+        f"choose a free one, for example --port {port + 1}\n"
+    )
+    assert started == []
