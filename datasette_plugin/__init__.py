@@ -85,7 +85,16 @@ def register_routes():
 
 @hookimpl
 def menu_links(datasette):
-    return [{"href": datasette.urls.path(DASHBOARD_PATH), "label": "LLM accounts dashboard"}]
+    """The dashboard link, only where a ledger is attached: on other Datasettes it would lead
+    to an empty page."""
+
+    async def inner():
+        for db in list(datasette.databases.values()):
+            if await is_ledger(db):
+                return [{"href": datasette.urls.path(DASHBOARD_PATH), "label": "LLM accounts dashboard"}]
+        return []
+
+    return inner
 
 
 async def _allowed(datasette, actor, action, database=None):

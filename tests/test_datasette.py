@@ -571,6 +571,17 @@ async def test_menu_links_to_the_dashboard(ds):
     assert 'href="/-/llm-accounts"' in response.text
 
 
+@pytest.mark.asyncio
+async def test_no_menu_link_where_no_ledger_is_attached(tmp_path):
+    import sqlite3
+
+    other = tmp_path / "notes.db"
+    sqlite3.connect(other).execute("CREATE TABLE note (text)").connection.close()
+    response = await Datasette([str(other)]).client.get("/")
+    assert response.status_code == 200
+    assert 'href="/-/llm-accounts"' not in response.text
+
+
 def test_summary_marks_near_budget_from_nine_tenths():
     near = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=8 * USD, open_nusd=USD)
     under = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=9 * USD - 1)
