@@ -19,7 +19,7 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, payload, scrub, transport
+from . import classify, payload, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
@@ -447,7 +447,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
         refused = None
         try:
             yield from prepared.prefill_events()
-            lines = resp.iter_lines()
+            lines = wire.sse_lines(resp.iter_bytes())  # SSE line ends only (wire.sse_lines)
             for line in lines:
                 yield from reader.feed(line)
                 if reader.done:
@@ -587,7 +587,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         try:
             for event in prepared.prefill_events():
                 yield event
-            lines = resp.aiter_lines()
+            lines = wire.asse_lines(resp.aiter_bytes())
             async for line in lines:
                 for event in reader.feed(line):
                     yield event

@@ -10,8 +10,10 @@ stream (``Malformed``), and ``message_problem`` / ``usage_problem`` say what is 
 whole message; their texts name the rule broken, never the provider's text.
 """
 
+import codecs
 import copy
 import json
+import re
 
 from .money import INT64_MAX
 
@@ -51,6 +53,50 @@ _DELTA_FIELD = {
     "signature_delta": ("signature", str),
     "input_json_delta": ("partial_json", str),
 }
+
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def _split_lines(buffer, final):
+    """Complete lines of ``buffer`` and what is left; a CR at its end waits for a possible LF."""
+    lines, start = [], 0
+    for end in _LINE_END.finditer(buffer):
+        if not final and end.group() == "\r" and end.end() == len(buffer):
+            break
+        lines.append(buffer[start : end.start()])
+        start = end.end()
+    return lines, buffer[start:]
+
+
+def sse_lines(chunks):
+    """The lines of an SSE body from its byte ``chunks``, ended as the SSE rules end them: at
+    CRLF, LF or CR only. (httpx's ``iter_lines`` also ends a line at U+2028, U+2029 and U+0085,
+    which JSON need not escape, so a text delta holding one would break its data line.)"""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
+    for chunk in chunks:
+        lines, rest = _split_lines(rest + decoder.decode(chunk), final=False)
+        yield from lines
+    lines, rest = _split_lines(rest + decoder.decode(b"", final=True), final=True)
+    yield from lines
+    if rest:
+        yield rest
+
+
+async def asse_lines(chunks):
+    """``sse_lines`` for an async iterator of byte chunks."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    rest = ""
+    async for chunk in chunks:
+        lines, rest = _split_lines(rest + decoder.decode(chunk), final=False)
+        for line in lines:
+            yield line
+    lines, rest = _split_lines(rest + decoder.decode(b"", final=True), final=True)
+    for line in lines:
+        yield line
+    if rest:
+        yield rest
 
 
 class Malformed(ValueError):

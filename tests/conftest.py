@@ -140,3 +140,20 @@ def accounts(user_path, ledger_path, monkeypatch):
         monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
         server.keys = keys
         yield server
+
+
+# Hypothesis profiles (tests/test_properties.py; docs/reliability.md "Inputs tried"): a few
+# examples per property in CI, 10,000 with HYPOTHESIS_PROFILE=bench. No example database: a run
+# leaves nothing behind in the tree.
+try:
+    from hypothesis import HealthCheck, settings as _hypothesis_settings
+except ImportError:  # the test extra brings it; only tests/test_properties.py needs it
+    pass
+else:
+    _hypothesis_settings.register_profile(
+        "ci", max_examples=60, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
+    _hypothesis_settings.register_profile(
+        "bench", max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
+    _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
