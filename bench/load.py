@@ -77,6 +77,9 @@ BUDGETS = {"alpha": (8, None), "beta": (10, 6), "gamma": (8, None), "delta": (14
 # gamma's credit runs out for good part way through its script (a 1-hour quota dwell follows).
 CREDIT_OUT = ("gamma", 0.6)
 
+# The outcomes that may settle (docs/architecture.md "Attempt outcomes"); every other stays open.
+SETTLES = ("complete", "not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected")
+
 LOG_SQL = """
 CREATE TABLE IF NOT EXISTS bench_commit_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, attempt_id TEXT, account TEXT,
@@ -457,6 +460,8 @@ def check(ledger_path, requests_log, accounts, keys, fleet):
     for row in attempts:
         if row["state"] == "settled" and (row["outcome"] is None or row["cost_nusd"] is None):
             failures.append(f"attempt {row['id']} settled without outcome or cost")
+        if row["state"] == "settled" and row["outcome"] not in SETTLES:
+            failures.append(f"attempt {row['id']} settled as {row['outcome']}, an outcome that stays open")
         if row["state"] == "settled" and row["outcome"] != "complete" and row["cost_nusd"] != 0:
             failures.append(f"attempt {row['id']} settled as {row['outcome']} at a non-zero cost")
 
