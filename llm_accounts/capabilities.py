@@ -8,6 +8,7 @@ system messages. A model llm-anthropic has no entry for gets its newest-model de
 The default ``max_tokens`` is also the price ceiling's output term (docs/pricing.md "Ceiling").
 """
 
+import dataclasses
 from dataclasses import dataclass
 
 
@@ -40,15 +41,7 @@ _ALWAYS_THINKS = Capabilities(
     system_messages=True,
 )
 # llm-anthropic's defaults for a model it has no entry for (its newest generation, 64,000 tokens).
-UNLISTED = Capabilities(
-    64_000,
-    effort=True,
-    adaptive=True,
-    thinks_by_default=True,
-    always_thinks=True,
-    structured_outputs=True,
-    system_messages=True,
-)
+UNLISTED = dataclasses.replace(_ALWAYS_THINKS, default_max_tokens=64_000)
 
 BY_MODEL = {
     "claude-haiku-4-5-20251001": Capabilities(64_000, structured_outputs=True),

@@ -21,7 +21,6 @@ import json
 import logging
 import os
 import pathlib
-import tempfile
 import threading
 
 try:
@@ -31,7 +30,7 @@ except ImportError:  # Windows
 
 from . import clock, keys, transport
 from .errors import AccountsError
-from .paths import user_dir
+from .paths import user_dir, write_private_json
 
 log = logging.getLogger("llm_accounts.catalog")
 
@@ -81,16 +80,7 @@ def _locked(path, purpose="edit", blocking=True):
 
 
 def _save(data, path):
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".accounts-models-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_private_json(path, data, sort_keys=True)
 
 
 def _merge(path, changes):

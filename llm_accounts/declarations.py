@@ -19,7 +19,6 @@ import json
 import os
 import pathlib
 import re
-import tempfile
 
 try:
     import fcntl
@@ -28,6 +27,7 @@ except ImportError:  # Windows
 
 from .errors import AccountsError
 from .money import INT64_MAX, NANO, parse_usd
+from .paths import write_private_json
 
 VARIABLE = "ANTHROPIC_ACCOUNTS"
 ACCOUNTS_FILE = "accounts.json"
@@ -693,23 +693,7 @@ def save_accounts_file(accounts, lookup):
     directory = llm_user_dir()
     if not directory.exists():
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path = directory / ACCOUNTS_FILE
-    text = json.dumps(data, indent=2) + "\n"
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".accounts.", suffix=".json.tmp")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    return path
+    return write_private_json(directory / ACCOUNTS_FILE, data)
 
 
 # The edits ``llm accounts add/remove/lookup`` make. They change accounts.json only: a higher

@@ -12,7 +12,6 @@ import re
 import sys
 import time
 import uuid
-from typing import Optional, Union
 
 import httpx
 import llm

@@ -8,6 +8,7 @@ key").
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import errno
 import functools
@@ -186,33 +187,43 @@ def read_refusal(response):
 
     The body is parsed here and nowhere else, so no frame, exception or log outside it ever
     holds provider text (docs/errors.md "Provider text is dropped"). A server that stalls
-    mid-body is cut off at the deadline: a timer shuts the socket down, which wakes the blocked
-    read.
+    mid-body is cut off at the deadline.
     """
     body = _BoundedBody()
+
+    def expire():
+        body.expired = True
+
+    with _deadline(response, body.remaining(), expire):
+        try:
+            for chunk in response.iter_bytes():
+                if body.add(chunk):
+                    break
+        except httpx.HTTPError:
+            pass
+    return body.info()
+
+
+@contextlib.contextmanager
+def _deadline(response, seconds, expired=None):
+    """Shut the response's socket down after ``seconds`` (calling ``expired`` first): that wakes
+    a read blocked on a server that stalls."""
     sock = _socket_of(response)
 
     def cut_off():
-        body.expired = True
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        if expired is not None:
+            expired()
+        _shut(sock)
 
-    timer = threading.Timer(body.remaining(), cut_off) if sock is not None else None
+    timer = threading.Timer(seconds, cut_off) if sock is not None else None
     if timer is not None:
         timer.daemon = True
         timer.start()
     try:
-        for chunk in response.iter_bytes():
-            if body.add(chunk):
-                break
-    except httpx.HTTPError:
-        pass
+        yield
     finally:
         if timer is not None:
             timer.cancel()
-    return body.info()
 
 
 DRAIN_BYTES = 64 * 1024
@@ -223,23 +234,15 @@ def drain(response, lines):
     """Read what is left of a stream after ``message_stop`` (normally the chunked body's end), so
     its connection goes back to the pool; a server that sends more, or stalls, loses the
     connection instead (a timer shuts it down, as in ``read_refusal``)."""
-    sock = _socket_of(response)
-    timer = None
-    if sock is not None:
-        timer = threading.Timer(DRAIN_SECONDS, _shut, (sock,))
-        timer.daemon = True
-        timer.start()
     size = 0
-    try:
-        for line in lines:
-            size += len(line) + 1
-            if size > DRAIN_BYTES:
-                break
-    except httpx.HTTPError:
-        pass
-    finally:
-        if timer is not None:
-            timer.cancel()
+    with _deadline(response, DRAIN_SECONDS):
+        try:
+            for line in lines:
+                size += len(line) + 1
+                if size > DRAIN_BYTES:
+                    break
+        except httpx.HTTPError:
+            pass
 
 
 async def adrain(lines):

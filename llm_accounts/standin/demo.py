@@ -7,12 +7,10 @@ every reply that quotes one, docs/security.md "Scrubbing"). The keys go to llm's
 """
 
 import json
-import os
 import secrets
 import string
-import tempfile
 
-from ..paths import user_dir
+from ..paths import user_dir, write_private_json
 
 DEMO_KEYS = (("alpha", "STANDIN_ALPHA_KEY"), ("beta", "STANDIN_BETA_KEY"))
 
@@ -51,13 +49,4 @@ def _store(keys):
     if not isinstance(current, dict):
         current = {}
     current.update(keys)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".keys-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(current, f, indent=2)
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_private_json(path, current)
