@@ -56,3 +56,35 @@ def test_a_4xx_or_529_without_a_documented_body_stays_open(hostile_account, ledg
     assert isinstance(ask(), llm.ModelError)
     [row] = attempts(ledger_path)
     assert (row["state"], row["cost_nusd"]) == ("open", None)
+
+
+def test_a_3xx_answer_is_a_failure_that_stays_unknown():
+    """The client follows no redirect, so a 3xx is an answer that is not a message: an unknown
+    outcome, not a success (bench/mutate.py moved the 2xx bound to 300)."""
+    from llm_accounts import classify
+
+    assert classify.outcome_for_status(300) == "provider_error"
+    assert classify.failure_class(300, classify.UNREADABLE) == "semantic"
+    assert classify.failure_class(300, classify.ErrorInfo("overloaded_error", "other", None, True)) == "semantic"
+
+
+def test_the_routing_object_records_each_attempt_at_the_cost_the_ledger_settled(accounts, user_path, ledger_path):
+    """A refusal that moved a new conversation on is listed at zero, as the ledger settled it
+    (bench/mutate.py recorded it at 1 nanodollar)."""
+    import sqlite3
+
+    from routed_helpers import llm_cli
+
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "ok", script=["rate_limited"])
+    result = llm_cli("-m", MODEL, "-o", "retries", "1", "Say hello")  # 429, moved on, 429, retried
+    assert result.exit_code == 0, result.output
+    db = sqlite3.connect(user_path / "logs.db")
+    [(response_json,)] = db.execute("select response_json from turns").fetchall()
+    routing = json.loads(response_json)["routing"]
+    rows = {row["id"]: row for row in attempts(ledger_path)}
+    assert [a["outcome"] for a in routing["attempts"]] == ["rate_limited", "rate_limited", "complete"]
+    assert len(rows) == 3
+    assert [(a["outcome"], a["cost_nusd"]) for a in routing["attempts"]] == [
+        (rows[a["id"]]["outcome"], rows[a["id"]]["cost_nusd"]) for a in routing["attempts"]]
+    assert routing["attempts"][0]["cost_nusd"] == 0
