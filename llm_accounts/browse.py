@@ -116,7 +116,23 @@ def open_when_ready(url, *, timeout=30):
 
 
 def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=print):
-    """Run Datasette on ``ledger`` until it exits; returns its exit status."""
+    """Run Datasette on ``ledger`` until it exits; returns its exit status. A PostgreSQL ledger
+    (``paths.DatabaseURL``) is served as a fresh SQLite export of it, in a temporary directory
+    removed when Datasette exits (docs/architecture.md "Ledger on PostgreSQL")."""
+    if hasattr(ledger, "url"):
+        import shutil
+        import tempfile
+
+        from .ledger import Ledger
+
+        directory = tempfile.mkdtemp(prefix="llm-accounts-browse-")
+        try:
+            with Ledger(ledger) as source:
+                copy = source.export(os.path.join(directory, "accounts-ledger.db"))
+            echo(f"Serving a copy of {ledger} taken now; run llm accounts browse again for newer rows")
+            return browse(copy, port=port, open_browser=open_browser, environ=environ, echo=echo)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
     if not ledger.exists():
         raise AccountsError(
             "ledger_unavailable",

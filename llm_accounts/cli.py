@@ -91,6 +91,33 @@ def path():
     click.echo(str(ledger_path()))
 
 
+@accounts.command(name="export")
+@click.argument("target", metavar="PATH", type=click.Path(dir_okay=False))
+def export_(target):
+    """Write a SQLite copy of the ledger to PATH, a new file.
+
+    The copy has the ledger's schema and is taken from one consistent snapshot, so Datasette
+    (with this plugin's queries and dashboard), metadata.yml and sqlite-utils read it as they
+    read a SQLite ledger. Meant for a PostgreSQL ledger (LLM_ACCOUNTS_LEDGER=postgresql://...);
+    on a SQLite ledger it is a backup. An existing file is never overwritten.
+
+    \b
+    Example:
+        llm accounts export ledger.db
+        datasette ledger.db -m metadata.yml
+    """
+    from .errors import AccountsError
+
+    ledger = _ledger()
+    try:
+        written = ledger.export(target)
+    except AccountsError as error:
+        fail(error)
+    finally:
+        ledger.close()
+    click.echo(f"Wrote a copy of {ledger.location} to {written}")
+
+
 @accounts.command()
 @click.option("--port", type=click.IntRange(0, 65535), default=0, help="Port to listen on (0: any free port)")
 @click.option(

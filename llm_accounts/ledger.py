@@ -1,13 +1,15 @@
-"""The SQLite ledger: atomic admission, price ceilings, settlement, credit months.
+"""The ledger: atomic admission, price ceilings, settlement, credit months.
 
 The rules are in docs/architecture.md "Ledger", "Ceilings and settlement" and "Attempt outcomes".
+They live here once; a backend only connects, locks, speaks its dialect and creates the schema:
+``llm_accounts.ledger_sqlite`` (the default, one file) and ``llm_accounts.ledger_pg`` (a
+``postgresql://`` URL, for machines sharing accounts: docs/architecture.md "Ledger on PostgreSQL").
 
-Every operation is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection
-(rollback journal, ``synchronous=FULL``, foreign keys on). SQLite's own file lock serializes
-writers across processes, so "read the totals, check ``S + R + C <= B``, insert the attempt" can
-never interleave with another process's admission: no read-check-write spans two transactions.
-A lock held past five seconds raises ``ledger_busy``; an unreadable or newer file raises
-``ledger_unavailable`` and is never reset, replaced or deleted.
+Every operation is one transaction. A write takes the backend's write lock first (SQLite's
+``BEGIN IMMEDIATE``, PostgreSQL's transaction-scoped advisory lock), so "read the totals, check
+``S + R + C <= B``, insert the attempt" can never interleave with another process's admission: no
+read-check-write spans two transactions. A lock held past five seconds raises ``ledger_busy``; an
+unreadable or newer ledger raises ``ledger_unavailable`` and is never reset, replaced or deleted.
 
 Money is integer nanodollars. Each ``month`` row keeps running totals of its attempts (settled
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
@@ -27,12 +29,12 @@ import logging
 import os
 import pathlib
 import re
-import sqlite3
 import threading
 import time
 import uuid
 
-from . import cache_savings, clock, health, schema, selection
+from . import cache_savings, clock, health, selection
+from .ledger_sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
 from .errors import AccountsError
 from .money import INT64_MAX
 from .records import (  # the records are part of the ledger's API
@@ -78,7 +80,6 @@ log = logging.getLogger("llm_accounts.ledger")
 BUSY_TIMEOUT_S = 5.0  # SQLite lock wait, then ledger_busy (docs/architecture.md "Ledger")
 ADMISSION_TIMEOUT_S = 5.0  # async callers' wait for a worker thread, then ledger_busy
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/architecture.md "Warm prefixes")
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
@@ -146,6 +147,18 @@ LEFT JOIN attempt p ON p.id = h.probe_attempt_id
 LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
 WHERE a.provider = :provider
 """
+
+
+def _backend_for(location):
+    """The backend for ``location``: a ``postgresql://`` or ``postgres://`` URL (given as text or
+    as ``paths.DatabaseURL``) is PostgreSQL, anything else a SQLite file. psycopg is imported only
+    for a URL."""
+    url = getattr(location, "url", location)
+    if isinstance(url, str) and url.startswith(("postgresql://", "postgres://")):
+        from .ledger_pg import PostgresBackend
+
+        return PostgresBackend(url, _busy)
+    return SqliteBackend(location, _busy)
 
 
 def _health_from(row, prefix="h_"):
@@ -234,21 +247,34 @@ _ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 
 class Ledger:
-    """The ledger file. One connection per instance, serialized by a lock so worker threads can
-    share it; processes coordinate through SQLite's file lock."""
+    """The ledger. One connection per instance, serialized by a lock so worker threads can share
+    it; processes (and machines, on PostgreSQL) coordinate through the backend's write lock.
+
+    ``path`` is a file (the SQLite ledger) or a ``postgresql://`` URL (``llm_accounts.ledger_pg``);
+    default ``LLM_ACCOUNTS_LEDGER``, else ``accounts-ledger.db`` in the llm user directory. The two
+    backends differ only in connecting, locking, dialect and schema creation: every rule below is
+    the same on both (docs/architecture.md "Ledger on PostgreSQL")."""
 
     def __init__(self, path=None):
         if path is None:
             from . import paths  # imports llm; only needed for the default path
 
             path = paths.ledger_path()
-        self.path = pathlib.Path(path)
+        self._backend = _backend_for(path)
+        # The file of a SQLite ledger; None on PostgreSQL (``location`` names either, masked).
+        self.path = getattr(self._backend, "path", None)
+        self.location = self._backend.location
         # What ``status()`` compares the ledger's accounts with when called without any
         # (``open_ledger`` sets the current declaration, so a notebook sees which are declared).
         self.default_accounts = None
         self._lock = threading.Lock()
         self._conn = None
         self._run("open", self._open, transaction=False)
+
+    @property
+    def backend(self):
+        """``"sqlite"`` or ``"postgres"``."""
+        return self._backend.kind
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -265,29 +291,12 @@ class Ledger:
         self.close()
 
     def _unavailable(self, why):
-        return AccountsError(
-            "ledger_unavailable", f"{self.path}: {why}; the file was left as it is (nothing is ever reset or deleted)"
-        )
+        return self._backend.unavailable(why)
 
     def _map(self, error):
-        """``ledger_busy`` for a lock, else ``ledger_unavailable`` naming SQLite's error code.
-        SQLite's text is never repeated: it can quote the file's schema, any bytes on any number
-        of lines."""
-        text = str(error)  # tested, never shown
-        if isinstance(error, UnicodeDecodeError) or text.startswith("Could not decode to UTF-8"):
-            return self._unavailable("SQLite could not read it: it holds text that is not UTF-8")
-        if not hasattr(error, "sqlite_errorname"):  # before Python 3.11 only the text tells
-            if isinstance(error, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-                return _busy()
-            return self._unavailable("SQLite refused it")
-        name = error.sqlite_errorname or ""
-        if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
-            return _busy()
-        if name.startswith("SQLITE_CORRUPT"):
-            return self._unavailable("SQLite reports it is corrupt (SQLITE_CORRUPT)")
-        if name == "SQLITE_NOTADB":
-            return self._unavailable("not an SQLite database (SQLITE_NOTADB)")
-        return self._unavailable(f"SQLite refused it ({name})" if re.fullmatch(r"SQLITE_[A-Z_]+", name) else "SQLite refused it")
+        """``ledger_busy`` for a lock, else ``ledger_unavailable`` naming the backend's error code,
+        never its text (it can quote the schema or a row)."""
+        return self._backend.map(error)
 
     def _run(self, op, fn, *args, write=True, transaction=True):
         """Run ``fn(conn, *args)`` in one transaction; log one DEBUG event (docs/security.md "Logging")."""
@@ -311,150 +320,57 @@ class Ledger:
                 _log_event(op, outcome, first_line - (requested or first_line), time.perf_counter() - first_line)
 
     def _transaction(self, fn, args, write):
-        conn = self._conn
+        conn, backend = self._conn, self._backend
         if conn is None:
             raise self._unavailable("the ledger is closed")
         try:
-            conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        except (sqlite3.Error, UnicodeDecodeError) as error:
+            backend.begin(conn, write)
+        except backend.errors as error:
             raise self._map(error) from None
         try:
             result = fn(conn, *args)
-            conn.execute("COMMIT")
+            backend.commit(conn)
         except BaseException as error:
-            if conn.in_transaction:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-            if isinstance(error, (sqlite3.Error, UnicodeDecodeError)):
+            backend.rollback(conn)
+            if isinstance(error, backend.errors):
                 raise self._map(error) from None
             raise
         if isinstance(result, _Deferred):
             raise result.error
         return result
 
-    # -- opening and migrating -----------------------------------------------------------------
-
     def _open(self):
-        try:
-            self._open_file()
-        except OSError as error:
-            raise self._unavailable(f"it cannot be opened ({error.strerror or type(error).__name__})") from None
-        except (sqlite3.Error, UnicodeDecodeError) as error:
-            raise self._map(error) from None
+        # BUSY_TIMEOUT_S is read here, at open, so a test can shorten it.
+        self._conn = self._backend.connect(BUSY_TIMEOUT_S)
 
-    def _open_file(self):
-        path = self.path
-        if path.exists() and not path.is_file():
-            raise self._unavailable("not a file")
-        if not path.parent.exists():
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(path.parent, 0o700)
-        created_empty = False
-        if not path.exists():
-            created_empty = self._create(path)
-        with open(path, "rb") as f:
-            header = f.read(len(SQLITE_MAGIC))
-        if not header and not created_empty:
-            # Only a missing ledger is created: an empty file may be a ledger that lost its contents.
-            raise self._unavailable(
-                "it is an empty file, which may be a truncated ledger; remove it, or set "
-                "LLM_ACCOUNTS_LEDGER to another file, to start a new ledger"
-            )
-        if header and header != SQLITE_MAGIC:
-            raise self._unavailable("not an SQLite database")
-        conn = sqlite3.connect(
-            str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
-        )
-        conn.row_factory = sqlite3.Row
-        try:
-            self._prepare(conn)
-        except AccountsError:
-            conn.close()
-            raise
-        except (sqlite3.Error, UnicodeDecodeError) as error:
-            conn.close()
-            raise self._map(error) from None
-        self._conn = conn
-
-    def _create(self, path):
-        """Create the missing ledger ``path`` whole: built under a temporary name beside it, then
-        hard-linked into place, so no process ever finds it empty. If another process's ledger got
-        there first, that one is used. Where the file system has no hard links, an empty file is
-        created in place instead and True returned, for this open to fill (a process opening it
-        meanwhile finds it empty and refuses)."""
-        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.new")
+    def export(self, target):
+        """Write a SQLite copy of the ledger to the new file ``target``, with the same schema, from
+        one consistent snapshot: Datasette, the canned queries, the dashboard and sqlite-utils
+        read it as they read a SQLite ledger (docs/architecture.md "Ledger on PostgreSQL"). An
+        existing file is never overwritten. Returns the path."""
+        target = pathlib.Path(target)
+        if target.exists() or target.is_symlink():
+            raise invalid("PATH", "a file already exists there; an export never overwrites a file, choose a new path")
+        if not target.parent.is_dir():
+            raise invalid("PATH", "its directory does not exist")
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.export")
         os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         try:
-            conn = sqlite3.connect(str(temporary), timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            try:
-                self._prepare(conn)
-            finally:
-                conn.close()
-            try:
-                os.link(temporary, path)
-            except FileExistsError:
-                pass
-            except OSError:
-                try:
-                    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-                    return True
-                except FileExistsError:
-                    pass
+            self._run("export", lambda: self._export_to(temporary), transaction=False)
+            os.link(temporary, target)  # never replaces a file that appeared meanwhile
+        except FileExistsError:
+            raise invalid("PATH", "a file already exists there; an export never overwrites a file, choose a new path") from None
         finally:
             os.unlink(temporary)
-        return False
+        return target
 
-    def _prepare(self, conn):
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = FULL")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            # A rollback journal (docs/architecture.md "Ledger"): a file switched to WAL is switched back.
-            if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
-                raise self._unavailable("it is in WAL mode and could not be switched back to a rollback journal")
-        if not _schema_text_is_utf8(conn):
-            raise self._unavailable("its schema holds text that is not UTF-8, so it is damaged or not a ledger")
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version not in (*schema.MIGRATES_FROM, schema.VERSION):
-            raise self._unavailable(
-                f"schema version {version} is not one this llm-accounts understands (it reads versions up to {schema.VERSION}); upgrade llm-accounts"
-            )
-        if version == schema.VERSION and _schema_complete(conn):
-            return
-        conn.execute("BEGIN IMMEDIATE")
+    def _export_to(self, temporary):
+        if self._conn is None:
+            raise self._unavailable("the ledger is closed")
         try:
-            self._migrate(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-
-    def _migrate(self, conn):
-        """Create a fresh ledger, or bring an older one (version 1, or version 2 missing a later
-        column) up to date, under the lock, keeping every row."""
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version == schema.VERSION and _schema_complete(conn):
-            return  # another process finished it while this one waited for the lock
-        tables = _table_names(conn)
-        if version == 0 and tables - set(schema.TABLE_NAMES):
-            raise self._unavailable("it holds tables that are not an llm-accounts ledger's")
-        if version != 0 and not set(schema.BASE_TABLES) <= tables:
-            raise self._unavailable(f"a version-{version} ledger with a base table missing")
-        for statement in schema.statements():
-            conn.execute(statement)
-        added = set()
-        for table, column, declaration in schema.COLUMNS:
-            if column not in _column_names(conn, table):
-                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
-                added.add(table)
-        added |= _table_names(conn) - tables  # created by this open: filled from the rows below
-        for table in added & set(schema.BACKFILL):
-            for statement in schema.statements(schema.BACKFILL[table]):
-                conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {schema.VERSION}")
+            self._backend.export(self._conn, temporary)
+        except self._backend.errors as error:
+            raise self._map(error) from None
 
     # -- reserve -------------------------------------------------------------------------------
 
@@ -796,7 +712,7 @@ class Ledger:
         if saved:
             conn.execute(
                 """INSERT INTO warm_month (month_utc, provider, account, cache_saved_nusd) VALUES (?, ?, ?, ?)
-                   ON CONFLICT DO UPDATE SET cache_saved_nusd = cache_saved_nusd + excluded.cache_saved_nusd""",
+                   ON CONFLICT (month_utc, provider, account) DO UPDATE SET cache_saved_nusd = warm_month.cache_saved_nusd + excluded.cache_saved_nusd""",
                 (row["month_utc"], provider, name, saved),
             )
         if health.model_success_clears(_model_health_from(row, row["requested_model"]), admitted):
@@ -1271,12 +1187,12 @@ class Ledger:
                      COALESCE(SUM(t.cost_nusd), 0) AS settled_nusd,
                      COALESCE(SUM(CASE WHEN t.state = 'open' THEN t.ceiling_nusd END), 0) AS open_ceiling_nusd,
                      COUNT(t.id) AS attempts,
-                     COALESCE(SUM(t.state = 'open'), 0) AS open_attempts,
+                     COALESCE(SUM(CASE WHEN t.state = 'open' THEN 1 ELSE 0 END), 0) AS open_attempts,
                      (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = m.provider
                        AND j.account = m.name AND j.month_utc = m.month_utc) AS adjustments_nusd
                    FROM month m
                    LEFT JOIN attempt t ON t.provider = m.provider AND t.account = m.name AND t.month_utc = m.month_utc
-                   WHERE m.provider = ?1 AND (?2 IS NULL OR m.name = ?2) AND (?3 IS NULL OR m.month_utc = ?3)
+                   WHERE m.provider = ?1 AND m.name = COALESCE(?2, m.name) AND m.month_utc = COALESCE(?3, m.month_utc)
                    GROUP BY m.provider, m.name, m.month_utc
                    ORDER BY m.month_utc, m.name""",
                 (provider, account, month_utc),
@@ -1300,12 +1216,12 @@ class Ledger:
             raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise invalid("limit", "must be a positive integer")
-        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
+        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1 = 1"
         direction = "ASC" if oldest_first else "DESC"
-        # Admission order, the rowid: the clock is read under the write lock, so it follows
-        # created_at, and it needs no index (a list of the newest reads only its page; --open
-        # walks the partial attempt_open index, whose entries are in rowid order).
-        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY rowid {direction}"
+        # Admission order, SQLite's rowid (PostgreSQL's seq): the clock is read under the write
+        # lock, so it follows created_at, and on SQLite it needs no index (a list of the newest
+        # reads only its page; --open walks the partial attempt_open index, in rowid order).
+        sql = f"SELECT * FROM attempt WHERE {where} ORDER BY {self._backend.order_column} {direction}"
         if limit is not None:
             sql += f" LIMIT {limit}"
         return self._run("attempts", lambda conn: [dict(row) for row in conn.execute(sql, filters)], write=False)
@@ -1339,14 +1255,14 @@ class Ledger:
         unknown = set(filters) - set(self._FILTERS)
         if unknown:
             raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
-        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1"
+        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1 = 1"
         sql = f"SELECT COUNT(*) FROM attempt WHERE {where}"
         if set(filters) <= self._TOTAL_FILTERS:
             # Filters the month_outcome totals carry: a sum over a few of their rows, however
             # long the history (schema.py); otherwise the rows are counted.
             where = " AND ".join(
                 f"{column} = COALESCE(:{column}, '')" if column == "outcome" else f"{column} = :{column}" for column in filters
-            ) or "1"
+            ) or "1 = 1"
             sql = f"SELECT COALESCE(SUM(attempts), 0) FROM month_outcome WHERE {where}"
         return self._run("attempt_count", lambda conn: conn.execute(sql, filters).fetchone()[0], write=False)
 
@@ -1385,55 +1301,15 @@ class Ledger:
 
     @property
     def db(self):
-        """A read-only ``sqlite_utils.Database`` on the ledger, for notebooks."""
+        """A read-only ``sqlite_utils.Database`` on the ledger, for notebooks (on a PostgreSQL
+        ledger: on a fresh SQLite export of it, see ``export``)."""
         import sqlite_utils
 
-        conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
-        return sqlite_utils.Database(conn)
+        return sqlite_utils.Database(self._backend.sqlite_utils_connection(self, BUSY_TIMEOUT_S))
 
 
 # ---------------------------------------------------------------------------------------------
 # Statement helpers used inside transactions
-
-
-def _table_names(conn):
-    return {
-        row[0]
-        for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
-    }
-
-
-def _column_names(conn, table):
-    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-
-
-# Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
-_INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
-
-
-def _schema_text_is_utf8(conn):
-    """Whether every name and statement in sqlite_master is UTF-8 (read as bytes, so a bad one is
-    found here rather than as a decoding error quoting it)."""
-    conn.text_factory = bytes
-    try:
-        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall()
-    finally:
-        conn.text_factory = str
-    try:
-        for row in rows:
-            for value in row:
-                if isinstance(value, bytes):
-                    value.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-def _schema_complete(conn):
-    names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'index', 'trigger')")}
-    if not (set(schema.TABLE_NAMES) | _INDEX_NAMES) <= names:
-        return False
-    return all(column in _column_names(conn, table) for table, column, _ in schema.COLUMNS)
 
 
 def _write_health(conn, provider, name, h):
@@ -1518,7 +1394,7 @@ def _count_bound(conn, month, provider, name, warm, delta=1):
     column = "bound_warm" if warm else "bound_cold"
     conn.execute(
         f"""INSERT INTO warm_month (month_utc, provider, account, {column}) VALUES (?, ?, ?, ?)
-            ON CONFLICT DO UPDATE SET {column} = {column} + excluded.{column}""",
+            ON CONFLICT (month_utc, provider, account) DO UPDATE SET {column} = warm_month.{column} + excluded.{column}""",
         (month, provider, name, delta),
     )
 

@@ -16,11 +16,59 @@ def user_dir():
 
 
 def ledger_path():
-    """``$LLM_ACCOUNTS_LEDGER``, else ``accounts-ledger.db`` in the llm user directory."""
+    """``$LLM_ACCOUNTS_LEDGER``, else ``accounts-ledger.db`` in the llm user directory: a
+    ``pathlib.Path``, or a ``DatabaseURL`` for a PostgreSQL ledger."""
     configured = os.environ.get(LEDGER_ENV)
     if configured:
+        if is_database_url(configured):
+            return DatabaseURL(configured)
         return pathlib.Path(configured).expanduser()
     return user_dir() / "accounts-ledger.db"
+
+
+def is_database_url(text):
+    """A PostgreSQL ledger's location (docs/architecture.md "Ledger on PostgreSQL")."""
+    return isinstance(text, str) and text.startswith(("postgresql://", "postgres://"))
+
+
+def mask_url(url):
+    """``url`` with any password (in the authority or a ``password`` parameter) replaced by
+    ``***``: a URL is never printed with its password."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hosts = netloc.rpartition("@")
+            if ":" in userinfo:
+                userinfo = userinfo.split(":", 1)[0] + ":***"
+            netloc = f"{userinfo}@{hosts}"
+        items = []
+        for item in filter(None, parts.query.split("&")):
+            key, equals, value = item.partition("=")
+            items.append(f"{key}=***" if urllib.parse.unquote(key).lower() == "password" else item)
+        query = "&".join(items)
+        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
+    except ValueError:
+        return "postgresql://(a URL that could not be read)"
+
+
+class DatabaseURL:
+    """``LLM_ACCOUNTS_LEDGER`` naming a PostgreSQL ledger. ``str()`` is the masked URL, so it can
+    be printed; ``url`` is the URL itself, for connecting only."""
+
+    def __init__(self, url):
+        self.url = url
+
+    def __str__(self):
+        return mask_url(self.url)
+
+    __repr__ = __str__
+
+    def exists(self):
+        """The server holds it (connecting tells whether it can be reached)."""
+        return True
 
 
 def accounts_json_path():

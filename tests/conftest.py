@@ -157,3 +157,52 @@ else:
         "bench", max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
     _hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+# The PostgreSQL ledger (docs/architecture.md "Ledger on PostgreSQL"): one throwaway server per
+# session (tests/pgserver.py), a new empty schema per test. Skipped, saying why, only where no
+# PostgreSQL is installed and not in CI (CI=true makes a missing server a failure), and in the
+# moved-clock runs (scripts/test-clocks): the backend's tests run once, in the normal suite.
+def _no_postgres(reason):
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI: {reason}; .ci/run installs Debian's postgresql", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    if os.environ.get("FAKETIME"):
+        pytest.skip("the PostgreSQL backend's tests run in the normal suite, not with the clock moved")
+    import pgserver
+
+    if pgserver.binaries() is None:
+        _no_postgres("no PostgreSQL binaries (initdb, pg_ctl; Debian: apt-get install postgresql)")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        _no_postgres("psycopg is not installed (pip install -e '.[postgres]')")
+    server = pgserver.Server().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server):
+    """A ``postgresql://`` URL on a new, empty schema of the session's server."""
+    import psycopg
+
+    url, name = pg_server.new_schema_url()
+    yield url
+    with psycopg.connect(pg_server.url, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {name} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def ledger_location(request, tmp_path):
+    """Where a ledger test's ledger lives, once per backend: a new SQLite file, or a new schema
+    on the session's PostgreSQL server."""
+    if request.param == "sqlite":
+        return tmp_path / "ledger.db"
+    return request.getfixturevalue("pg_url")

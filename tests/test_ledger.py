@@ -31,8 +31,9 @@ def conv(name):
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    with Ledger(tmp_path / "ledger.db") as ledger:
+def ledger(ledger_location):
+    """The same rules on both backends (docs/architecture.md "Ledger on PostgreSQL")."""
+    with Ledger(ledger_location) as ledger:
         yield ledger
 
 
@@ -48,6 +49,14 @@ def home():
 
 def row(ledger, sql, *params):
     return ledger._conn.execute(sql, params).fetchone()
+
+
+def sqlite_file(ledger, tmp_path):
+    """The ledger's SQLite file: itself, or a PostgreSQL ledger's export."""
+    if ledger.path is not None:
+        return ledger.path
+    (tmp_path / "export").mkdir()
+    return ledger.export(tmp_path / "export" / "ledger.db")
 
 
 def committed(ledger, account, month="2026-11"):
@@ -542,7 +551,7 @@ def test_running_totals_always_match_the_rows(ledger, work, capped):
 # No secrets
 
 
-def test_key_shaped_text_is_refused_in_every_free_text_field_and_never_echoed(ledger, work, canary_key):
+def test_key_shaped_text_is_refused_in_every_free_text_field_and_never_echoed(ledger, work, canary_key, tmp_path):
     from conftest import assert_no_key_material, assert_tree_has_no_key_material
 
     attempts = [
@@ -558,16 +567,19 @@ def test_key_shaped_text_is_refused_in_every_free_text_field_and_never_echoed(le
         assert_no_key_material(str(caught.value), canary_key)
     ledger.reserve(conv("c1"), "a1", quote(1), [work], now=T0)
     ledger.settle("a1", Complete(1, {"input_tokens": 1, canary_key: 5}, MODEL, canary_key), now=T0)
+    files = sqlite_file(ledger, tmp_path).parent  # a PostgreSQL ledger's every row, in its SQLite copy
     ledger.close()
-    assert_tree_has_no_key_material(str(ledger.path.parent), canary_key)
+    assert_tree_has_no_key_material(str(files), canary_key)
 
 
 def test_the_attempt_table_has_no_column_for_prompts_bodies_headers_or_keys(ledger):
-    columns = {r[1] for r in ledger._conn.execute("PRAGMA table_info(attempt)")}
+    columns = {d[0] for d in ledger._conn.execute("SELECT * FROM attempt WHERE 1 = 0").description}
+    assert {"id", "ceiling_nusd", "cost_nusd", "request_digest"} <= columns
     assert not {c for c in columns if any(w in c for w in ("prompt", "body", "header", "key", "fingerprint"))}
 
 
-def test_the_ledger_file_is_readable_with_plain_sqlite(ledger, work):
+def test_the_ledger_file_is_readable_with_plain_sqlite(ledger, work, tmp_path):
+    """A SQLite ledger is its file; a PostgreSQL ledger's export is one (llm accounts export)."""
     ledger.reserve(conv("c1"), "a1", quote(1), [work], now=T0)
-    conn = sqlite3.connect(ledger.path)
+    conn = sqlite3.connect(sqlite_file(ledger, tmp_path))
     assert conn.execute("SELECT account FROM attempt").fetchone() == ("work",)

@@ -41,8 +41,9 @@ def usage(read=0, write_1h=0, write_5m=0):
 
 
 @pytest.fixture
-def ledger(tmp_path):
-    with Ledger(tmp_path / "ledger.db") as ledger:
+def ledger(ledger_location):
+    """The same rules on both backends (docs/architecture.md "Ledger on PostgreSQL")."""
+    with Ledger(ledger_location) as ledger:
         yield ledger
 
 

@@ -1,0 +1,472 @@
+"""The PostgreSQL backend of the ledger: connecting, locking, dialect and schema creation.
+
+For machines sharing accounts (docs/architecture.md "Ledger on PostgreSQL"): every machine sets
+``LLM_ACCOUNTS_LEDGER`` to the same ``postgresql://`` URL. The rules are in
+``llm_accounts.ledger``, the same on both backends; this module only
+
+- connects with psycopg 3 (the ``postgres`` extra; nothing imports it for a SQLite ledger), with
+  libpq's URL forms, so a password may come from ``PGPASSWORD``, ``~/.pgpass`` or a service file
+  and need not be in the URL; a URL is only ever shown masked (``mask``);
+- locks: each write transaction's first statement takes ``pg_advisory_xact_lock`` on one fixed
+  64-bit key per ledger (``lock_key``). That is the serialization SQLite's ``BEGIN IMMEDIATE``
+  gives: one writer at a time, so reading the month totals, checking the budget and inserting the
+  attempt never interleave with another admission, on any machine. The lock is released by the
+  commit or rollback, so a process killed mid-transaction holds nothing (its session ends). Row
+  locks on the month rows would have to be taken in a fixed order over every candidate, before
+  knowing which a selection reads, and a month row that does not exist yet cannot be locked; the
+  one advisory lock needs neither, and a ledger transaction is a few milliseconds. With the lock
+  held first, READ COMMITTED is enough: every statement after it sees every earlier writer's
+  commit, and no other writer runs until this one ends, so SERIALIZABLE would add only retries.
+  Reads (``status``, ``ladder``) take a REPEATABLE READ READ ONLY snapshot and no lock, as
+  SQLite's deferred ``BEGIN`` does;
+- bounds the wait: ``SET LOCAL lock_timeout`` of the busy timeout (five seconds); SQLSTATE 55P03
+  (lock_not_available), 57014 (query_canceled), 40P01 and 40001 are ``ledger_busy``;
+- speaks the dialect: the rules' SQLite-style ``?``, ``?N`` and ``:name`` parameters are rewritten
+  to psycopg's, rows answer by name and by position like ``sqlite3.Row``, ``SUM`` of ``bigint``
+  (``numeric``) comes back as ``int``, and the admission order SQLite keeps in ``rowid`` is the
+  ``seq`` identity column;
+- creates the schema: ``schema.TABLES`` and ``schema.COLUMNS`` with ``bigint`` for every integer
+  (nanodollars) and ``text COLLATE "C"`` (byte order, as SQLite compares), the totals triggers as
+  PL/pgSQL functions that do what ``schema.py``'s SQLite triggers do, and the version in the one-row
+  table ``ledger_meta``. Only an empty schema is created into; a schema with other tables, ledger
+  tables without ``ledger_meta``, or an unknown version is ``ledger_unavailable`` and is never
+  changed.
+"""
+
+import decimal
+import hashlib
+import re
+
+import psycopg
+from psycopg.adapt import Loader
+from psycopg.pq import TransactionStatus
+from psycopg.rows import tuple_row
+
+from . import schema
+from .paths import is_database_url, mask_url
+from .errors import AccountsError
+
+META_TABLE = "ledger_meta"
+TABLE_NAMES = (*schema.TABLE_NAMES, META_TABLE)
+BUSY_SQLSTATES = frozenset(("55P03", "57014", "40P01", "40001"))
+
+
+is_url = is_database_url
+mask = mask_url
+
+
+def lock_key(schema_name):
+    """The fixed signed 64-bit advisory-lock key of the ledger in ``schema_name``: derived from
+    "llm-accounts" and the schema, so two ledgers in one database never wait for each other."""
+    digest = hashlib.sha256(f"llm-accounts\0ledger\0{schema_name}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Dialect
+
+
+class _IntegralNumeric(Loader):
+    """``numeric`` as ``int`` when integral: ``SUM`` over ``bigint`` is ``numeric`` in PostgreSQL,
+    and money stays integer nanodollars."""
+
+    def load(self, data):
+        text = bytes(data).decode("ascii")
+        if re.fullmatch(r"-?\d+", text):
+            return int(text)
+        return decimal.Decimal(text)
+
+
+class Row(tuple):
+    """A result row by position and by column name, like ``sqlite3.Row`` (``dict(row)`` works)."""
+
+    __slots__ = ()
+    _names = ()
+    _index = {}
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return tuple.__getitem__(self, self._index[key])
+        return tuple.__getitem__(self, key)
+
+    def keys(self):
+        return list(self._names)
+
+
+def _row_factory(cursor):
+    description = cursor.description or ()
+    names = tuple(column.name for column in description)
+    cls = type("Row", (Row,), {"__slots__": (), "_names": names, "_index": {n: i for i, n in enumerate(names)}})
+    return cls
+
+
+_PARAM = re.compile(r"""('(?:[^']|'')*'|"(?:[^"]|"")*"|--[^\n]*|\?\d*|(?<!:):[A-Za-z_]\w*|%)""")
+_translated = {}
+
+
+def translate(sql, params):
+    """SQLite-style ``sql`` and ``params`` as psycopg's: ``?`` → ``%s``, ``?N`` → ``%(pN)s``,
+    ``:name`` → ``%(name)s``, ``%`` → ``%%``; quoted text and comments are left as they are."""
+    if not params:
+        return sql, None
+    numbered = isinstance(params, (tuple, list)) and "?" in sql and re.search(r"\?\d", sql) is not None
+    key = (sql, numbered)
+    query = _translated.get(key)
+    if query is None:
+
+        def replace(match):
+            token = match.group(0)
+            if token[0] in "'\"-":
+                return token.replace("%", "%%")
+            if token == "%":
+                return "%%"
+            if token == "?":
+                return "%s"
+            if token[0] == "?":
+                return f"%(p{token[1:]})s"
+            return f"%({token[1:]})s"
+
+        query = _PARAM.sub(replace, sql)
+        _translated[key] = query
+    if isinstance(params, dict):
+        return query, {k: int(v) if isinstance(v, bool) else v for k, v in params.items()}
+    values = [int(v) if isinstance(v, bool) else v for v in params]
+    if numbered:
+        return query, {f"p{i}": value for i, value in enumerate(values, 1)}
+    return query, values
+
+
+class Connection:
+    """The psycopg connection, answering ``execute`` in the rules' SQLite dialect."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def execute(self, sql, params=()):
+        query, values = translate(sql, params)
+        return self.raw.execute(query, values)
+
+    def close(self):
+        self.raw.close()
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema
+
+
+def _pg_type(declaration):
+    declaration = re.sub(r"\bINTEGER\b", "bigint", declaration)
+    return re.sub(r"\bTEXT\b", 'text COLLATE "C"', declaration)
+
+
+def _table_statements():
+    for statement in schema.statements():
+        body = re.sub(r"--[^\n]*", "", statement).strip()
+        if not body or body.startswith("CREATE TRIGGER"):
+            continue
+        body = body.replace(") WITHOUT ROWID", ")")
+        if body.startswith("CREATE TABLE IF NOT EXISTS attempt ("):
+            # SQLite's rowid order, explicit: admission order for ``attempts()``.
+            body = body.replace("attempt (", "attempt (\n    seq bigint GENERATED ALWAYS AS IDENTITY,", 1)
+        yield _pg_type(body)
+
+
+TOTALS_TRIGGERS = """
+CREATE OR REPLACE FUNCTION llm_accounts_attempt_totals() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's attempt_totals_* triggers do: an attempt's old contribution leaves the
+    -- day and month_outcome rows, its new one joins them.
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE day SET attempts = day.attempts - 1, settled_nusd = day.settled_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = day.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        WHERE day.day_utc = OLD.day_utc AND day.provider = OLD.provider AND day.account = OLD.account;
+        UPDATE month_outcome SET attempts = month_outcome.attempts - 1,
+            cost_nusd = month_outcome.cost_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = month_outcome.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        WHERE month_outcome.month_utc = OLD.month_utc AND month_outcome.provider = OLD.provider
+            AND month_outcome.account = OLD.account AND month_outcome.state = OLD.state
+            AND month_outcome.outcome = COALESCE(OLD.outcome, '')
+            AND month_outcome.provider_error_type = COALESCE(OLD.provider_error_type, '')
+            AND month_outcome.rejection_class = COALESCE(OLD.rejection_class, '')
+            AND month_outcome.http_status = COALESCE(OLD.http_status, 0);
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.day_utc, NEW.provider, NEW.account, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT (day_utc, provider, account) DO UPDATE SET attempts = day.attempts + 1,
+        settled_nusd = day.settled_nusd + excluded.settled_nusd, open_nusd = day.open_nusd + excluded.open_nusd;
+    INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+        http_status, attempts, cost_nusd, open_nusd, last_at)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
+            COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
+            1, COALESCE(NEW.cost_nusd, 0), CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+            COALESCE(NEW.settled_at, NEW.created_at))
+    ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+    DO UPDATE SET attempts = month_outcome.attempts + 1, cost_nusd = month_outcome.cost_nusd + excluded.cost_nusd,
+        open_nusd = month_outcome.open_nusd + excluded.open_nusd,
+        last_at = GREATEST(month_outcome.last_at, excluded.last_at);
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION llm_accounts_attempt_client() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's attempt_client_* triggers do, for attempts with a client label.
+    IF TG_OP <> 'INSERT' AND OLD.client IS NOT NULL THEN
+        UPDATE month_client SET attempts = month_client.attempts - 1,
+            settled_nusd = month_client.settled_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = month_client.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END,
+            tokens = month_client.tokens - CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END,
+            open_tokens = month_client.open_tokens
+                - CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END
+        WHERE month_client.month_utc = OLD.month_utc AND month_client.provider = OLD.provider
+            AND month_client.account = OLD.account AND month_client.client = OLD.client;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    IF NEW.client IS NOT NULL THEN
+        INSERT INTO month_client (month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens,
+            open_tokens)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.client, 1, COALESCE(NEW.cost_nusd, 0),
+                CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
+                CASE WHEN NEW.state = 'settled' THEN COALESCE(NEW.tokens, 0) ELSE 0 END,
+                CASE WHEN NEW.state = 'open' THEN COALESCE(NEW.ceiling_tokens, 0) ELSE 0 END)
+        ON CONFLICT (month_utc, provider, account, client) DO UPDATE SET attempts = month_client.attempts + 1,
+            settled_nusd = month_client.settled_nusd + excluded.settled_nusd,
+            open_nusd = month_client.open_nusd + excluded.open_nusd, tokens = month_client.tokens + excluded.tokens,
+            open_tokens = month_client.open_tokens + excluded.open_tokens;
+    END IF;
+    RETURN NEW;
+END $$;
+
+DROP TRIGGER IF EXISTS attempt_totals ON attempt;
+CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
+    rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_totals();
+DROP TRIGGER IF EXISTS attempt_client ON attempt;
+CREATE TRIGGER attempt_client AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd, tokens,
+    ceiling_tokens ON attempt
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_client();
+"""
+
+EXTRA = f"""
+-- SQLite's rowid order, indexed: attempts() lists the newest first.
+CREATE INDEX IF NOT EXISTS attempt_seq ON attempt (seq);
+CREATE TABLE IF NOT EXISTS {META_TABLE} (
+    one         boolean PRIMARY KEY DEFAULT true CHECK (one),
+    version     integer NOT NULL,
+    created_at  text NOT NULL DEFAULT (to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"+00:00"'))
+);
+"""
+
+
+def create_statements():
+    """The whole PostgreSQL schema, in order (every statement idempotent)."""
+    yield from _table_statements()
+    for table, column, declaration in schema.COLUMNS:
+        yield f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_type(declaration)}"
+    yield EXTRA
+    yield TOTALS_TRIGGERS
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class PostgresBackend:
+    kind = "postgres"
+    order_column = "seq"
+    errors = (psycopg.Error,)
+    left_as_is = "the database was left as it is (nothing is ever reset or deleted)"
+
+    def __init__(self, url, busy):
+        self.url = url
+        self.location = mask(url)
+        self._busy = busy
+        self._begin_write = None
+        self._timeout = 5.0
+
+    def unavailable(self, why):
+        return AccountsError("ledger_unavailable", f"{self.location}: {why}; {self.left_as_is}")
+
+    def map(self, error):
+        """``ledger_busy`` for a lock wait past the bound, else ``ledger_unavailable`` naming the
+        SQLSTATE only: PostgreSQL's text can quote a row or the URL."""
+        state = getattr(error, "sqlstate", None)
+        if state in BUSY_SQLSTATES:
+            return self._busy()
+        if isinstance(error, psycopg.OperationalError) and (state is None or state.startswith("08")):
+            text = str(error)  # tested, never shown
+            if "authentication failed" in text or "no password supplied" in text:
+                return self.unavailable(
+                    "PostgreSQL refused the login; check the user and the password (PGPASSWORD, ~/.pgpass or a service file)"
+                )
+            return self.unavailable("PostgreSQL could not be reached (connection failed or lost)")
+        if state and re.fullmatch(r"[0-9A-Z]{5}", state):
+            if state.startswith("28"):
+                return self.unavailable(f"PostgreSQL refused the login (SQLSTATE {state}); check the user and password")
+            return self.unavailable(f"PostgreSQL refused it (SQLSTATE {state})")
+        return self.unavailable("PostgreSQL refused it")
+
+    # -- transactions --------------------------------------------------------------------------
+
+    def begin(self, conn, write):
+        # One round trip: the simple protocol runs the three statements together. A lock wait past
+        # the bound leaves the transaction aborted: it ends here, as a failed BEGIN IMMEDIATE does.
+        try:
+            conn.raw.execute(self._begin_write if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        except psycopg.Error:
+            self.rollback(conn)
+            raise
+
+    def commit(self, conn):
+        conn.raw.execute("COMMIT")
+
+    def rollback(self, conn):
+        raw = conn.raw
+        if raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
+            return
+        try:
+            raw.execute("ROLLBACK")
+        except psycopg.Error:
+            pass
+
+    # -- opening -------------------------------------------------------------------------------
+
+    def connect(self, timeout):
+        self._timeout = timeout
+        try:
+            raw = psycopg.connect(
+                self.url, autocommit=True, connect_timeout=max(2, int(timeout + 0.999)), row_factory=_row_factory,
+                application_name="llm-accounts",
+            )
+        except psycopg.Error as error:
+            raise self.map(error) from None
+        except ValueError:  # a URL libpq cannot parse (psycopg's text may quote it)
+            raise self.unavailable("the URL is not one libpq can read (postgresql://USER@HOST:PORT/DATABASE)") from None
+        raw.adapters.register_loader("numeric", _IntegralNumeric)
+        conn = Connection(raw)
+        try:
+            self._prepare(conn, timeout)
+        except AccountsError:
+            raw.close()
+            raise
+        except psycopg.Error as error:
+            raw.close()
+            raise self.map(error) from None
+        return conn
+
+    def _prepare(self, conn, timeout):
+        raw = conn.raw
+        schema_name = raw.execute("SELECT current_schema()").fetchone()[0]
+        if schema_name is None:
+            raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
+        self.schema_name = schema_name
+        self._begin_write = (
+            f"BEGIN; SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'; "
+            f"SELECT pg_advisory_xact_lock({lock_key(schema_name)})"
+        )
+        if self._check(raw):
+            return
+        raw.execute(self._begin_write)
+        try:
+            if not self._check(raw, creating=True):
+                for statement in create_statements():
+                    raw.execute(statement)
+                raw.execute(
+                    f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO NOTHING", (schema.VERSION,)
+                )
+            raw.execute("COMMIT")
+        except BaseException:
+            self.rollback(conn)
+            raise
+
+    def _check(self, raw, creating=False):
+        """True when the schema holds a complete ledger of this version; raises for anything that
+        is not a ledger; False for an empty schema (or a ledger missing a later table or column)."""
+        columns = {}
+        for table, column in raw.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = current_schema()"
+        ):
+            columns.setdefault(table, set()).add(column)
+        if META_TABLE in columns:
+            rows = raw.execute(f"SELECT version FROM {META_TABLE}").fetchall()
+            version = rows[0][0] if len(rows) == 1 else None
+            if version != schema.VERSION:
+                raise self.unavailable(
+                    f"schema version {version} is not one this llm-accounts understands (it reads version {schema.VERSION}); upgrade llm-accounts"
+                )
+            if not set(schema.BASE_TABLES) <= set(columns):
+                raise self.unavailable(f"a version-{version} ledger with a base table missing")
+            return set(TABLE_NAMES) <= set(columns) and all(
+                column in columns.get(table, ()) for table, column, _ in schema.COLUMNS
+            )
+        if set(columns) - set(TABLE_NAMES):
+            raise self.unavailable(
+                "its schema holds tables that are not an llm-accounts ledger's; point LLM_ACCOUNTS_LEDGER at an empty "
+                "database or schema (for example ?options=-csearch_path%3Dllm_accounts after creating that schema)"
+            )
+        if columns:
+            raise self.unavailable("it holds ledger tables but no ledger_meta version row, so it is damaged or not a ledger")
+        return False
+
+    # -- copies ------------------------------------------------------------------------------------
+
+    def export(self, conn, target):
+        """Fill the new SQLite file ``target`` with the ledger's rows from one REPEATABLE READ READ
+        ONLY snapshot, in the SQLite schema (``llm_accounts.ledger_sqlite`` creates it). Attempts go
+        in ``seq`` order, so the copy's rowids keep admission order; the totals tables are copied as
+        PostgreSQL holds them (the copy's triggers would recompute them: their rows are replaced)."""
+        import sqlite3
+
+        from .ledger_sqlite import SqliteBackend
+
+        copy = SqliteBackend(target, self._busy).connect_new(self._timeout)
+        raw = conn.raw
+        try:
+            copy.execute("BEGIN IMMEDIATE")
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            try:
+                for table in EXPORT_ORDER:
+                    names = [row[1] for row in copy.execute(f"PRAGMA table_info({table})")]
+                    order = "seq" if table == "attempt" else "1"
+                    if table in TOTALS_TABLES:
+                        copy.execute(f"DELETE FROM {table}")
+                    cursor = raw.cursor(row_factory=tuple_row)
+                    cursor.execute(f"SELECT {', '.join(names)} FROM {table} ORDER BY {order}")
+                    insert = f"INSERT INTO {table} ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})"
+                    while True:
+                        rows = cursor.fetchmany(2000)
+                        if not rows:
+                            break
+                        copy.executemany(insert, rows)
+            finally:
+                raw.execute("COMMIT")
+            copy.execute("COMMIT")
+        except sqlite3.Error:
+            raise self.unavailable("the SQLite copy could not be written") from None
+        finally:
+            copy.close()
+
+    def sqlite_utils_connection(self, ledger, timeout):
+        """A read-only connection to a fresh export (a temporary file, removed at exit)."""
+        import atexit
+        import os
+        import shutil
+        import sqlite3
+        import tempfile
+
+        directory = tempfile.mkdtemp(prefix="llm-accounts-export-")
+        atexit.register(shutil.rmtree, directory, True)
+        path = os.path.join(directory, "accounts-ledger.db")
+        ledger.export(path)
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+
+
+TOTALS_TABLES = ("day", "month_outcome", "month_client")
+# Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
+EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
+                *TOTALS_TABLES, "warm_month")
+assert set(EXPORT_ORDER) == set(schema.TABLE_NAMES), "a table added to schema.TABLE_NAMES must be exported"

@@ -1,0 +1,108 @@
+"""A throwaway PostgreSQL server for the tests and bench/ledger.py (docs/architecture.md "Testing").
+
+Debian's ``postgresql`` package puts ``initdb`` and ``pg_ctl`` in /usr/lib/postgresql/<N>/bin.
+``initdb`` refuses to run as root, so as root the server runs as the unprivileged system user
+``llmaccounts-pg`` (created if missing); otherwise as the current user. Its data directory and
+unix socket are in a new temporary directory owned by that user; it listens on a free loopback
+port with ``trust`` authentication, and ``stop()`` removes everything.
+"""
+
+import glob
+import os
+import pathlib
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+import uuid
+
+USER = "llmaccounts-pg"
+
+
+def binaries():
+    """The directory holding ``initdb`` and ``pg_ctl``, newest major version first, or None."""
+    found = shutil.which("initdb")
+    candidates = [os.path.dirname(found)] if found else []
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda d: int(d.split("/")[-2]) if d.split("/")[-2].isdigit() else 0, reverse=True)
+    for directory in candidates:
+        if os.access(os.path.join(directory, "initdb"), os.X_OK) and os.access(os.path.join(directory, "pg_ctl"), os.X_OK):
+            return directory
+    return None
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _clean_env():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "FAKETIME")) and k != "LD_PRELOAD"}
+    env["LC_ALL"] = "C"
+    return env
+
+
+class Server:
+    def __init__(self, *, durable=False):
+        """``durable``: fsync and synchronous_commit on (bench/ledger.py); the tests run without."""
+        self.bin = binaries()
+        if self.bin is None:
+            raise RuntimeError("no PostgreSQL binaries (Debian: apt-get install postgresql)")
+        self.durable = durable
+        self.prefix = []
+        if os.geteuid() == 0:
+            try:
+                pwd.getpwnam(USER)
+            except KeyError:
+                subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                               check=True, capture_output=True)
+            self.prefix = ["runuser", "-u", USER, "--"]
+        self.dir = pathlib.Path(tempfile.mkdtemp(prefix="llm-accounts-pg-", dir="/tmp"))
+        if self.prefix:
+            entry = pwd.getpwnam(USER)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        os.chmod(self.dir, 0o700)
+        self.data = self.dir / "data"
+        self.port = None
+
+    def _run(self, *argv):
+        return subprocess.run([*self.prefix, *argv], check=True, capture_output=True, text=True, env=_clean_env(),
+                              timeout=120)
+
+    def start(self):
+        self._run(os.path.join(self.bin, "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
+                  "-E", "UTF8", "--locale=C", "--no-sync")
+        settings = [f"-c unix_socket_directories={self.dir}", "-c listen_addresses=127.0.0.1",
+                    "-c max_connections=100", "-c shared_buffers=32MB"]
+        if not self.durable:
+            settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
+        for _ in range(3):
+            self.port = _free_port()
+            try:
+                self._run(os.path.join(self.bin, "pg_ctl"), "-D", str(self.data), "-l", str(self.dir / "log"), "-w",
+                          "-t", "60", "-o", " ".join([f"-p {self.port}", *settings]), "start")
+                return self
+            except subprocess.CalledProcessError:
+                continue
+        raise RuntimeError("PostgreSQL did not start: " + (self.dir / "log").read_text(errors="replace")[-2000:])
+
+    @property
+    def url(self):
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def new_schema_url(self):
+        """A URL on a new, empty schema: a fresh ledger per test, without a new database."""
+        import psycopg
+
+        name = f"t_{uuid.uuid4().hex[:16]}"
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {name}")
+        return f"{self.url}?options=-csearch_path%3D{name}", name
+
+    def stop(self):
+        try:
+            if self.port is not None:
+                self._run(os.path.join(self.bin, "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)
