@@ -13,6 +13,13 @@ Prints:
   how much of it is the ledger's SQL alone (its statements replayed without its Python).
 
 Raw and ledger runs alternate, ``--rounds`` times each, so drift in the machine affects both.
+
+Then the same for a PostgreSQL ledger (docs/architecture.md "Ledger on PostgreSQL"): ledger
+transactions per second from N processes as a ratio to raw PostgreSQL commits per second
+(``BEGIN; INSERT; COMMIT`` from N processes, ``synchronous_commit`` on, the ledger's own
+durability) on the same server, in the same run. ``--postgres URL`` uses that server (a new
+schema in it, dropped afterwards); by default a throwaway server is started as the tests start
+one (tests/pgserver.py), with fsync and synchronous_commit on; ``--postgres none`` skips it.
 """
 
 import argparse
@@ -78,6 +85,73 @@ def raw_worker(path, ready, window, counts, index):
         conn.execute("COMMIT")
         n += 1
     counts[index] = n
+
+
+def raw_pg_worker(url, ready, window, counts, index):
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True)
+    assert conn.execute("SHOW synchronous_commit").fetchone()[0] == "on"
+    n = 0
+    stop_at = wait_for_start(ready, window)
+    while time.time() < stop_at:
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
+        conn.execute("COMMIT")
+        n += 1
+    counts[index] = n
+
+
+def postgres(args):
+    """The PostgreSQL ledger against raw PostgreSQL commits on the same server."""
+    try:
+        import psycopg
+    except ImportError:
+        print("PostgreSQL: skipped (psycopg is not installed: pip install -e '.[postgres]')")
+        return
+    server = None
+    base = args.postgres
+    if base in (None, "start"):
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+        import pgserver
+
+        if pgserver.binaries() is None:
+            print("PostgreSQL: skipped (no server binaries; Debian: apt-get install postgresql)")
+            return
+        server = pgserver.Server(durable=True).start()
+        base = server.url
+    from llm_accounts.ledger import Ledger
+    from llm_accounts.paths import mask_url
+
+    name = f"bench_{uuid.uuid4().hex[:12]}"
+    admin = psycopg.connect(base, autocommit=True)
+    try:
+        admin.execute(f"CREATE SCHEMA {name}")
+        admin.execute(f"CREATE SCHEMA {name}_raw")  # beside it: a ledger's schema holds only the ledger
+        url = f"{base}{'&' if '?' in base else '?'}options=-csearch_path%3D{name}"
+        raw_url = f"{url}_raw"
+        admin.execute(f"CREATE TABLE {name}_raw.bench_raw (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)")
+        Ledger(url).close()
+        settings = {k: admin.execute(f"SHOW {k}").fetchone()[0] for k in ("fsync", "synchronous_commit", "server_version")}
+        print(f"PostgreSQL {settings['server_version']} at {mask_url(base)}{' (started for this run)' if server else ''}; "
+              f"fsync={settings['fsync']}, synchronous_commit={settings['synchronous_commit']}")
+        raw_rates, ledger_rates = [], []
+        for round_ in range(args.rounds):
+            raw_rates.append(concurrent(raw_pg_worker, raw_url, args.processes, args.seconds))
+            ledger_rates.append(concurrent(ledger_worker, url, args.processes, args.seconds))
+            print(f"  round {round_ + 1}: raw {raw_rates[-1]:8.1f} commits/s   ledger {ledger_rates[-1]:8.1f} transactions/s")
+        raw_rate, ledger_rate = statistics.mean(raw_rates), statistics.mean(ledger_rates)
+        print(f"raw PostgreSQL commits/s:    {raw_rate:8.1f}")
+        print(f"ledger transactions/s:       {ledger_rate:8.1f}")
+        print(f"ratio ledger/raw:            {ledger_rate / raw_rate:8.3f}")
+    finally:
+        try:
+            admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+            admin.execute(f"DROP SCHEMA IF EXISTS {name}_raw CASCADE")
+        finally:
+            admin.close()
+            if server is not None:
+                server.stop()
 
 
 def ledger_pair(ledger, Scope, Complete, scope, attempt_id):
@@ -191,6 +265,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--pairs", type=int, default=400, help="sequential reserve+settle pairs")
     parser.add_argument("--dir", help="directory for the two files (default: a new temporary directory)")
+    parser.add_argument("--postgres", metavar="URL", help="PostgreSQL server to measure on; 'start' (default) starts one, 'none' skips")
     args = parser.parse_args()
 
     from llm_accounts.ledger import Ledger
@@ -226,6 +301,8 @@ def main():
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.postgres != "none":
+        postgres(args)
 
 
 if __name__ == "__main__":
