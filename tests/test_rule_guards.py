@@ -88,3 +88,64 @@ def test_the_routing_object_records_each_attempt_at_the_cost_the_ledger_settled(
     assert [(a["outcome"], a["cost_nusd"]) for a in routing["attempts"]] == [
         (rows[a["id"]]["outcome"], rows[a["id"]]["cost_nusd"]) for a in routing["attempts"]]
     assert routing["attempts"][0]["cost_nusd"] == 0
+
+
+@pytest.mark.parametrize("month, start, end", [
+    ("2027-01", "2026-12-31", "2027-01-31"),  # across a year end
+    ("2026-03", "2026-02-28", "2026-03-31"),
+    ("2028-03", "2028-02-29", "2028-03-31"),  # after a leap day
+    ("2026-12", "2026-11-30", "2026-12-31"),
+])
+def test_a_credit_period_runs_from_the_last_day_of_the_month_before_to_its_own_last_day(month, start, end):
+    import datetime as dt
+
+    from llm_accounts import clock
+
+    day = lambda text: dt.datetime.fromisoformat(text + "T00:00:00+00:00")  # noqa: E731
+    assert clock.credit_period(month) == (day(start), day(end))
+
+
+@pytest.mark.parametrize("instant, reset", [
+    ("2026-12-31T23:59:59.999999", "2027-01-01"),
+    ("2028-02-28T00:00:00", "2028-02-29"),
+    ("2028-02-29T12:00:00", "2028-03-01"),
+])
+def test_a_daily_budget_resets_at_the_next_utc_midnight(instant, reset):
+    import datetime as dt
+
+    from llm_accounts import clock
+
+    t = dt.datetime.fromisoformat(instant + "+00:00")
+    assert clock.next_day_start(t) == dt.datetime.fromisoformat(reset + "T00:00:00+00:00")
+
+
+def test_pace_compares_utilization_relative_to_budget_times_weight_exactly():
+    """(S + R) / (B x weight), by cross-multiplication (docs/architecture.md "Selection");
+    bench/mutate.py turned a product into a floor division with every weight 1 in the tests."""
+    from fractions import Fraction
+    from types import SimpleNamespace
+
+    from llm_accounts import selection
+
+    values = [(0, 7, 1), (2, 10, 3), (1, 10, 1), (5, 9, 2), (9, 9, 1), (3, 4, 5), (10**15, 10**16, 7)]
+    for c1, b1, w1 in values:
+        for c2, b2, w2 in values:
+            a = SimpleNamespace(committed_nusd=c1, budget_nusd=b1, weight=w1)
+            b = SimpleNamespace(committed_nusd=c2, budget_nusd=b2, weight=w2)
+            difference = Fraction(c1, b1 * w1) - Fraction(c2, b2 * w2)
+            assert selection.compare_utilization(a, b) == (difference > 0) - (difference < 0)
+
+
+def test_a_refusal_says_what_is_left_after_settled_spend_and_open_ceilings():
+    from llm_accounts import selection
+
+    message = selection._no_room("month budget", 3 * 10**9, 2 * 10**9, 6 * 10**9, 10 * 10**9)
+    assert message.endswith("(needs up to $6.00, $5.00 left)")
+    assert selection._no_room("month budget", 3 * 10**9, 7 * 10**9, 1, 10 * 10**9) == "month budget reached"
+
+
+def test_a_token_cap_with_one_token_left_is_not_reached():
+    from llm_accounts import selection
+
+    assert selection._no_token_room("ci", 10, 5, 100, 16).endswith("(needs up to 100 tokens, 1 left)")
+    assert selection._no_token_room("ci", 10, 6, 100, 16) == "client ci's token cap reached"
