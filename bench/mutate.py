@@ -52,7 +52,10 @@ TARGETS = {
 WIDER = {
     "routing": ("tests/test_retries.py",),
     "classify": ("tests/test_health.py", "tests/test_rule_guards.py"),
-    "selection": ("tests/test_ledger_edges.py", "tests/test_client_caps.py"),
+    "selection": ("tests/test_rule_guards.py", "tests/test_client_caps.py", "tests/test_client_token_caps.py",
+                  "tests/test_health.py", "tests/test_ledger_edges.py"),
+    "clock": ("tests/test_rule_guards.py",),
+    "scrub": ("tests/test_properties.py", "tests/test_stream_scrub_tools.py"),
     "ledger": ("tests/test_ledger_totals.py", "tests/test_health.py"),
 }
 
