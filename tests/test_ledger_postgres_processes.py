@@ -246,3 +246,74 @@ def test_one_half_open_probe_is_admitted_across_all_machines(url, machines):
     with Ledger(url) as ledger:
         assert [a["id"] for a in ledger.open_attempts()][:1] == ["a0"]
         assert len(ledger.open_attempts()) == 2  # a0 and the one probe: no refused racer left a row
+
+
+def test_eight_llm_processes_on_eight_machines_never_admit_past_a_postgresql_budget(pg_url, tmp_path):
+    """``llm -m claude-routed`` from eight processes, each with its own llm user directory (its own
+    accounts.json and keys.json: separate machines), routed through one PostgreSQL ledger on a
+    budget with room for two Haiku ceilings at a time: no committed state ever exceeds it, every
+    prompt either answered or was refused with budget_exhausted, and every answer is one settled
+    attempt the stand-in saw."""
+    import threading
+    import time
+
+    import psycopg
+
+    from conftest import make_key, under_faketime
+    from llm_accounts.money import NANO
+    from llm_accounts.standin import StandIn
+
+    key = make_key()
+    budget = 15 * NANO // 10  # two $0.72 ceilings fit, a third does not
+    llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
+    declaration = [{"name": "shared", "key_env": "SHARED_KEY", "budget_usd": "1.50"}]
+    violations, samples, stop = [], [], threading.Event()
+
+    def audit():
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            while not stop.is_set():
+                try:
+                    row = conn.execute("SELECT COALESCE(SUM(COALESCE(cost_nusd, ceiling_nusd)), 0) FROM attempt").fetchone()
+                except psycopg.errors.UndefinedTable:
+                    row = None  # the first process has not created the ledger yet
+                if row is not None:
+                    samples.append(row[0])
+                    if row[0] > budget:
+                        violations.append(row[0])
+                time.sleep(0.02)
+
+    with StandIn({"keys": [{"label": "shared", "key": key, "behaviour": "slow", "delay": 1.0}]}) as server:
+        commands = []
+        for machine in range(8):
+            home = tmp_path / f"machine-{machine}"
+            home.mkdir()
+            (home / "keys.json").write_text(json.dumps({"SHARED_KEY": key}))
+            (home / "accounts.json").write_text(json.dumps({"accounts": declaration}))
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_", "LLM_USER"))}
+            env.update(LLM_USER_PATH=str(home), LLM_ACCOUNTS_LEDGER=pg_url, LLM_ACCOUNTS_BASE_URL=server.base_url)
+            argv = [llm_bin, "-m", "claude-routed/claude-haiku-4-5", "-o", "retries", "0", f"Prompt {machine}"]
+            commands.append(under_faketime(argv, NOW, env))
+        auditor = threading.Thread(target=audit)
+        auditor.start()
+        try:
+            processes = [
+                subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+                for argv, env in commands
+            ]
+            results = [(p.wait(timeout=120), p.stdout.read(), p.stderr.read()) for p in processes]
+        finally:
+            stop.set()
+            auditor.join()
+        answered = [r for r in server.requests if r["path"] == "/v1/messages" and r["status"] == 200]
+
+    assert samples and not violations
+    succeeded = [r for r in results if r[0] == 0]
+    refused = [r for r in results if r[0] != 0]
+    assert succeeded and len(succeeded) + len(refused) == 8
+    assert all(r[2].startswith("Error: budget_exhausted:") for r in refused), [r[2][-300:] for r in refused]
+    with psycopg.connect(pg_url) as conn:
+        rows = conn.execute("SELECT state, outcome, request_digest FROM attempt").fetchall()
+    assert len(rows) == len(succeeded) == len(answered)
+    assert all((state, outcome) == ("settled", "complete") for state, outcome, _ in rows)
+    for _, _, stderr in results:
+        assert key[10:30] not in stderr
