@@ -92,6 +92,7 @@ def test_the_routing_object_records_each_attempt_at_the_cost_the_ledger_settled(
 
 @pytest.mark.parametrize("month, start, end", [
     ("2027-01", "2026-12-31", "2027-01-31"),  # across a year end
+    ("2027-02", "2027-01-31", "2027-02-28"),
     ("2026-03", "2026-02-28", "2026-03-31"),
     ("2028-03", "2028-02-29", "2028-03-31"),  # after a leap day
     ("2026-12", "2026-11-30", "2026-12-31"),
