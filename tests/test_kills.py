@@ -143,9 +143,11 @@ def reconcile_all(ledger_path, ids):
 
 
 def assert_killed_attempt_kept(ledger_path, outcome=None):
+    """``outcome`` is the one expected, or a tuple of the ones that may be recorded."""
     first, killed = ledger_after_kill(ledger_path)
     assert (first["state"], first["outcome"]) == ("settled", "complete")  # no row lost
-    assert (killed["state"], killed["outcome"], killed["cost_nusd"]) == ("open", outcome, None)
+    outcomes = outcome if isinstance(outcome, tuple) else (outcome,)
+    assert (killed["state"], killed["cost_nusd"]) == ("open", None) and killed["outcome"] in outcomes
     assert killed["ceiling_nusd"] > 0
     with Ledger(ledger_path) as ledger:
         (line,) = [line for line in ledger.status(now=NOW) if line.name == killed["account"]]
@@ -198,7 +200,12 @@ def test_sigkill_inside_the_reserve_transaction_leaves_no_trace_of_it(accounts, 
     assert listed_open() == []
 
 
-@pytest.mark.parametrize("signum, outcome", [(signal.SIGINT, "cancelled"), (signal.SIGTERM, None)])
+# Ctrl-C raises KeyboardInterrupt wherever the child is: inside the product's read of the next
+# event (recorded as cancelled) or, when it lands in the consumer's own loop body, outside it, so
+# the stream is closed by its consumer going away (stream_closed). Both keep the ceiling open.
+@pytest.mark.parametrize(
+    "signum, outcome", [(signal.SIGINT, ("cancelled", "stream_closed")), (signal.SIGTERM, None)]
+)
 def test_sigint_and_sigterm_mid_stream_keep_the_ceiling_open(accounts, ledger_path, at_now, signum, outcome):
     child = start_child("mid_stream", True, time.time())
     try:
@@ -207,6 +214,7 @@ def test_sigint_and_sigterm_mid_stream_keep_the_ceiling_open(accounts, ledger_pa
             accounts.set_behaviour(name, "slow", delay=1.0)
         go_on(child)
         assert child.stdout.readline().split() == ["at", "mid_stream"]
+        time.sleep(0.3)  # into the product's read of the next event (the stand-in waits 1 s)
         child.send_signal(signum)
         child.wait(timeout=30)
     finally:
