@@ -521,6 +521,7 @@ def _parse_dotenv(text, label):
         if text[pos] != "=":
             raise invalid(f"{label} line {line}: expected NAME=value")
         pos += 1
+        value_start = pos
         while pos < end_of_line and text[pos] in " \t":
             pos += 1
         start_line = line
@@ -537,7 +538,8 @@ def _parse_dotenv(text, label):
                 raise invalid(f"{label} line {line}: unexpected text after a quoted value")
             pos = rest_end + 1
         else:
-            value = text[pos:end_of_line]
+            # The blanks after "=" count for the comment rule: "A =  # note" is empty, "A=#x" is "#x".
+            value = text[value_start:end_of_line]
             comment = re.search(r"[ \t]#", value)
             if comment:
                 value = value[: comment.start()]
