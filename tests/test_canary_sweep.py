@@ -1,0 +1,117 @@
+"""One canary key through every path the project has, from each place a key can come from: no
+run of it in any output, log line, file, ledger row, llm logs entry or Datasette page
+(docs/security.md "Tests").
+
+The stand-in quotes the key back (``echo_key``) on one prompt and refuses another with a 429;
+the commands, llm's logs, an export and every canned query and dashboard page are read after.
+"""
+
+import asyncio
+import json
+import logging
+import sys
+
+import llm
+import pytest
+from datasette.app import Datasette
+
+from conftest import assert_no_key_material, assert_tree_has_no_key_material
+from llm_accounts.declarations import Account, save_accounts_file
+from llm_accounts.money import NANO
+from routed_helpers import llm_cli
+
+MODEL = "claude-routed/claude-haiku-4-5"
+SOURCES = ("environment", "dotenv", "llm keys", "lookup command")
+
+
+@pytest.fixture(params=SOURCES)
+def canary_account(request, canary_key, user_path, ledger_path, tmp_path, monkeypatch):
+    """Account ``canary`` on the stand-in, its key ``canary_key`` coming from one source; the
+    files the test itself put the key in are returned, to leave out of the tree sweep."""
+    from llm_accounts.standin import StandIn
+
+    placed, lookup = {"keys.json"}, None
+    if request.param == "environment":
+        monkeypatch.setenv("CANARY_KEY", canary_key)
+    elif request.param == "dotenv":
+        (tmp_path / "work" / ".env").write_text(f"CANARY_KEY={canary_key}\n")
+        placed.add(".env")
+    elif request.param == "llm keys":
+        (user_path / "keys.json").write_text(json.dumps({"CANARY_KEY": canary_key}))
+    else:
+        secret = tmp_path / "secret-store"
+        secret.write_text(canary_key)
+        script = tmp_path / "lookup.py"
+        script.write_text(f"import sys\nprint(open({str(secret)!r}).read() if sys.argv[1] == 'CANARY_KEY' else '')\n")
+        lookup = (sys.executable, str(script), "{name}")
+        placed.add("secret-store")
+    save_accounts_file([Account("canary", "CANARY_KEY", 50 * NANO)], lookup)
+    with StandIn({"keys": [{"label": "canary", "key": canary_key}]}) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        yield server, placed
+
+
+def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_key, ledger_path, tmp_path, caplog):
+    server, placed = canary_account
+    caplog.set_level(logging.DEBUG)
+    outputs = []
+
+    def run(*args):
+        result = llm_cli(*args)
+        outputs.append(result.output)
+        return result
+
+    # Prompts: streamed and whole, cached, with a schema, a reply quoting the key, a 429 retried,
+    # a refusal, and an async stream.
+    assert run("-m", MODEL, "Hello").exit_code == 0
+    assert run("-m", MODEL, "--no-stream", "-s", "Be brief", "-o", "cache", "1h", "Hello").exit_code == 0
+    assert run("-m", MODEL, "--schema", "name, age int", "A dog").exit_code == 0
+    server.set_behaviour("canary", "ok", script=["echo_key", "echo_key"])
+    assert run("-m", MODEL, "Quote it").exit_code == 0
+    assert run("-m", MODEL, "--no-stream", "Quote it").exit_code == 0
+    server.set_behaviour("canary", "ok", script=["rate_limited"])
+    assert run("-m", MODEL, "-o", "retries", "1", "After a 429").exit_code == 0
+    server.set_behaviour("canary", "ok", script=["refusal"])
+    assert run("-m", MODEL, "Declined").exit_code == 1
+    server.set_behaviour("canary", "ok", script=["echo_key"])
+
+    async def stream():
+        return "".join([chunk async for chunk in llm.get_async_model(MODEL).prompt("Quote it async")])
+
+    outputs.append(asyncio.run(stream()))
+    # Commands, llm's logs and an export.
+    for args in (
+        ("accounts", "status"),
+        ("accounts", "status", "--json"),
+        ("accounts", "list", "--json"),
+        ("accounts", "attempts", "--json"),
+        ("accounts", "ladder", "--json"),
+        ("accounts", "refresh-models", "--json"),
+        ("logs", "-n", "0", "--json"),
+    ):
+        assert run(*args).exit_code == 0, args
+    assert run("accounts", "export", str(tmp_path / "export.db")).exit_code == 0
+    outputs.append(asyncio.run(_datasette_pages(ledger_path)))
+    outputs.extend(record.getMessage() for record in caplog.records)
+
+    assert "Echoing the key you sent" in "".join(outputs)  # the reply that quoted it was shown, masked
+    for text in outputs:
+        assert_no_key_material(text, canary_key)
+    assert_tree_has_no_key_material(tmp_path, canary_key, ignore=placed)
+
+
+async def _datasette_pages(ledger_path):
+    """Every canned query's JSON and the dashboard, as HTML and JSON."""
+    from datasette_plugin.queries import QUERIES
+
+    ds = Datasette([str(ledger_path)])
+    pages = []
+    for path in ("/-/llm-accounts", "/-/llm-accounts.json", "/accounts-ledger"):
+        response = await ds.client.get(path)
+        assert response.status_code == 200, path
+        pages.append(response.text)
+    for query in QUERIES:
+        response = await ds.client.get(f"/accounts-ledger/{query.name}.json?_shape=array")
+        assert response.status_code == 200, query.name
+        pages.append(response.text)
+    return "\n".join(pages)
