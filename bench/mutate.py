@@ -56,7 +56,8 @@ WIDER = {
                   "tests/test_health.py", "tests/test_ledger_edges.py"),
     "clock": ("tests/test_rule_guards.py",),
     "scrub": ("tests/test_properties.py", "tests/test_stream_scrub_tools.py"),
-    "ledger": ("tests/test_ledger_totals.py", "tests/test_health.py"),
+    "ledger": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
+               "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
 }
 
 CLOSED_SETS = [
