@@ -212,7 +212,11 @@ def _refresh_quietly(declaration, names, path, base, cwd):
             # Another process may have refreshed these while this one waited to start.
             names = set(names) & set(stale_accounts(declaration, load(path), clock.now()))
             if names:
-                refresh(declaration, names, automatic=True, path=path, base=base, cwd=cwd)
+                # Never the secret lookup command off the request path: it may wake a password
+                # manager nobody asked for. A key only it holds is recorded as credential_missing,
+                # and 'llm accounts refresh-models' (which may run it) refreshes that list.
+                quiet = dataclasses.replace(declaration, lookup=None)
+                refresh(quiet, names, automatic=True, path=path, base=base, cwd=cwd)
     except Exception as error:
         log.debug("automatic model list refresh failed (%s)", type(error).__name__)
 

@@ -195,6 +195,26 @@ def test_a_failed_automatic_refresh_keeps_the_old_list_says_so_and_waits_before_
     assert catalog.stale_accounts(load_declaration(), catalog.load(), later) == ["alpha"]
 
 
+def test_the_background_refresh_never_runs_the_secret_lookup_command(accounts, ledger_path, fixed_now, user_path, tmp_path):
+    # alpha's key is only behind the lookup command, which leaves a mark when it runs; alpha's
+    # stale list lacks haiku, so the prompt itself goes to beta and never needs alpha's key.
+    import sys
+
+    marker = tmp_path / "lookup-ran"
+    script = tmp_path / "lookup.py"
+    script.write_text(f"import pathlib, sys\npathlib.Path({str(marker)!r}).touch()\nprint('unused')\n")
+    stored = json.loads((user_path / "keys.json").read_text())
+    del stored["ALPHA_KEY"]
+    (user_path / "keys.json").write_text(json.dumps(stored))
+    save_accounts_file(load_declaration().accounts, (sys.executable, str(script), "{name}"))
+    write_lists(alpha=listed(["claude-opus-4-6"], T0 - dt.timedelta(days=2)), beta=listed([HAIKU], T0))
+    assert llm_cli("-m", "claude-routed/claude-haiku-4-5", "Hello").exit_code == 0
+    assert catalog.wait_for_background(30)
+    assert not marker.exists()  # a password manager is never woken off the request path
+    entry = catalog.load()["alpha"]
+    assert (entry["models"], entry["error"], entry["automatic"]) == (["claude-opus-4-6"], "credential_missing", True)
+
+
 def test_the_background_refresh_puts_no_key_in_the_environment(accounts, ledger_path, fixed_now):
     write_lists(alpha=listed([HAIKU], T0 - dt.timedelta(days=2)), beta=listed([HAIKU], T0 - dt.timedelta(days=2)))
     assert llm_cli("-m", "claude-routed/claude-haiku-4-5", "Hello").exit_code == 0
