@@ -206,3 +206,31 @@ def ledger_location(request, tmp_path):
     if request.param == "sqlite":
         return tmp_path / "ledger.db"
     return request.getfixturevalue("pg_url")
+
+
+# Declared accounts of $1.00 a month, for ledger tests that need one, two or three (a test file
+# with other budgets defines its own).
+
+
+@pytest.fixture
+def work():
+    from llm_accounts.declarations import Account
+    from llm_accounts.money import NANO
+
+    return Account("work", "WORK_KEY", NANO)
+
+
+@pytest.fixture
+def home():
+    from llm_accounts.declarations import Account
+    from llm_accounts.money import NANO
+
+    return Account("home", "HOME_KEY", NANO)
+
+
+@pytest.fixture
+def spare():
+    from llm_accounts.declarations import Account
+    from llm_accounts.money import NANO
+
+    return Account("spare", "SPARE_KEY", NANO)

@@ -19,7 +19,7 @@ from llm.cli import cli
 from llm_accounts import clock, health, schema
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, Refused, Scope, Unknown
+from llm_accounts.ledger import Complete, Ledger, Refused, Scope
 from llm_accounts.money import NANO
 from llm_accounts.payload import freeze
 from llm_accounts.pricing import Quote, quote as price
@@ -56,16 +56,6 @@ def run(*args):
 def ledger(tmp_path):
     with Ledger(tmp_path / "ledger.db") as ledger:
         yield ledger
-
-
-@pytest.fixture
-def work():
-    return Account("work", "WORK_KEY", NANO)
-
-
-@pytest.fixture
-def home():
-    return Account("home", "HOME_KEY", NANO)
 
 
 @pytest.fixture

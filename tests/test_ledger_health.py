@@ -5,7 +5,6 @@ import datetime as dt
 
 import pytest
 
-from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
 from llm_accounts.money import NANO
@@ -45,16 +44,6 @@ def ledger(ledger_location):
     """The same rules on both backends (docs/architecture.md "Ledger on PostgreSQL")."""
     with Ledger(ledger_location) as ledger:
         yield ledger
-
-
-@pytest.fixture
-def work():
-    return Account("work", "WORK_KEY", NANO)
-
-
-@pytest.fixture
-def home():
-    return Account("home", "HOME_KEY", NANO)
 
 
 def health_row(ledger, account="work"):

@@ -49,21 +49,6 @@ def ledger(tmp_path):
         yield ledger
 
 
-@pytest.fixture
-def work():
-    return Account("work", "WORK_KEY", NANO)
-
-
-@pytest.fixture
-def home():
-    return Account("home", "HOME_KEY", NANO)
-
-
-@pytest.fixture
-def spare():
-    return Account("spare", "SPARE_KEY", NANO)
-
-
 def warm_rows(ledger):
     return {
         (r["provider"], r["account"], r["cert"]): (r["stable_tokens"], r["expires_at"])
