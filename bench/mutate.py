@@ -5,9 +5,13 @@
 Each target is a rule module (and, for large ones, the functions that hold the rule) with the
 test files that state its rules. A *mutant* is the module with one small change to its syntax
 tree: a comparison flipped (``<`` / ``<=``, ``==`` / ``!=``, ``in`` / ``not in``), an arithmetic
-operator swapped (``+`` / ``-``, ``*`` / ``//``), ``and`` / ``or``, a ``not`` dropped, an ``if``
-condition negated, an integer moved by one, a boolean flipped, or a closed-set code (an outcome,
-a failure class) replaced by another. Each mutant is written into a temporary ``git worktree`` of
+operator swapped (``+`` / ``-``, ``*`` / ``//``), ``and`` / ``or``, one operand of an ``and`` or
+``or`` dropped, a ``not`` dropped, an ``if`` condition negated, an integer moved by one, a boolean
+flipped (a keyword such as ``follow_redirects=False`` included), a closed-set code (an outcome, a
+failure class) replaced by another, a class in an ``isinstance`` test widened to its base class
+(``httpx.ConnectTimeout`` to ``httpx.TimeoutException``), or one condition of a SQL ``WHERE``
+dropped (``scope_kind = ?3 AND``). A target names the functions to mutate and, when it needs
+them, module-level constants (``REFUSED_OUTCOMES``). Each mutant is written into a temporary ``git worktree`` of
 HEAD (the shared tree is never touched) and the target's tests run there; a mutant is *killed*
 when they fail (or time out) and *survives* when they pass. The score is killed / tried.
 
@@ -17,10 +21,13 @@ every mutation site, so a run is repeatable. Survivors are printed with their li
 
 import argparse
 import ast
+import builtins
 import copy
+import importlib
 import os
 import pathlib
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -30,15 +37,23 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
-# module -> (path, functions to mutate or None for every function, test files). A survivor of
-# those is tried once more against WIDER[module], slower tests of the same rules, when given.
+# module -> (path, functions (and module-level constants) to mutate or None for every function,
+# test files). A survivor of those is tried once more against WIDER[module], slower tests of the
+# same rules, when given.
 TARGETS = {
     "pricing": ("llm_accounts/pricing.py",
                 ("settlement_cost", "quote", "_cache_writes", "_request_ttls", "_count", "rates_for", "_check_modifiers"),
                 ("tests/test_pricing.py",)),
     "classify": ("llm_accounts/classify.py", None, ("tests/test_classify.py", "tests/test_outcomes.py")),
     "routing": ("llm_accounts/routing.py", ("refused", "completed"),
-                ("tests/test_outcomes.py", "tests/test_rule_guards.py")),
+                ("tests/test_outcomes.py", "tests/test_rule_guards.py", "tests/test_mutation_guards.py")),
+    # Where a key may be sent and what a failed connection proves (docs/security.md "Sending a
+    # key", docs/architecture.md "Failover").
+    "transport": ("llm_accounts/transport.py", ("base_url", "_is_loopback", "client", "async_client", "describe_failure"),
+                  ("tests/test_mutation_guards.py",)),
+    # The ledger's own checks on evidence: its second line of defence behind routing.
+    "records": ("llm_accounts/records.py", ("check_evidence", "REFUSED_OUTCOMES", "UNKNOWN_OUTCOMES"),
+                ("tests/test_mutation_guards.py", "tests/test_ledger.py")),
     "clock": ("llm_accounts/clock.py", None, ("tests/test_money_and_months.py",)),
     "scrub": ("llm_accounts/scrub.py", None, ("tests/test_scrub.py",)),
     "selection": ("llm_accounts/selection.py",
@@ -46,11 +61,13 @@ TARGETS = {
                    "_no_room", "spent_nusd", "over_token_cap", "_no_token_room"),
                   ("tests/test_selection.py", "tests/test_ledger.py")),
     "ledger": ("llm_accounts/ledger.py", ("_reserve", "_verdict", "_select", "_admit", "_settle"),
-               ("tests/test_ledger.py", "tests/test_ledger_edges.py")),
+               ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
 }
 
 WIDER = {
     "routing": ("tests/test_retries.py",),
+    "transport": ("tests/test_routed.py", "tests/test_secrets_reach.py"),
+    "records": ("tests/test_ledger_edges.py", "tests/test_outcomes.py", "tests/test_rule_guards.py"),
     "classify": ("tests/test_health.py", "tests/test_rule_guards.py"),
     "selection": ("tests/test_rule_guards.py", "tests/test_client_caps.py", "tests/test_client_token_caps.py",
                   "tests/test_health.py", "tests/test_ledger_edges.py"),
@@ -86,6 +103,10 @@ def _in_scope(tree, functions):
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions):
             scope += [inner for inner in ast.walk(node) if id(inner) not in docstrings]
+    for node in tree.body:  # module-level constants named in the target
+        names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
+        if functions is not None and isinstance(node, (ast.Assign, ast.AnnAssign)) and set(names) & set(functions):
+            scope += list(ast.walk(node))
     seen, ordered = set(), []
     for node in scope:
         if id(node) not in seen:
@@ -111,6 +132,29 @@ def _changes(node):
         def swap(n=node, new=SWAPS[type(node.op)]):
             n.op = new()
         out.append((f"{type(node.op).__name__} -> {SWAPS[type(node.op)].__name__}", swap))
+        for i in range(len(node.values)):
+            # One condition of a rule forgotten: `http and loopback` becomes `http`.
+            def drop_operand(n=node, i=i):
+                n.values.pop(i)
+                if len(n.values) == 1:
+                    n.op, n.values = ast.And(), n.values * 2  # `x and x`: the operand alone
+            out.append((f"{type(node.op).__name__} operand {i + 1} dropped", drop_operand))
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+            and len(node.args) == 2:
+        classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+        for i, cls in enumerate(classes):
+            base = _base_class(cls)
+            if base is None:
+                continue
+
+            def widen(n=node, i=i, base=base):
+                holder = n.args[1].elts if isinstance(n.args[1], ast.Tuple) else None
+                target = holder[i] if holder is not None else n.args[1]
+                if isinstance(target, ast.Attribute):
+                    target.attr = base
+                else:
+                    target.id = base
+            out.append((f"isinstance {ast.unparse(cls)} -> its base {base}", widen))
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         def drop(n=node):
             n.op = ast.UAdd()  # +x of a bool is its int: truthiness kept, the `not` gone
@@ -129,6 +173,11 @@ def _changes(node):
             def bump(n=node):
                 n.value = n.value + 1
             out.append((f"{value} -> {value + 1}", bump))
+        elif isinstance(value, str) and "WHERE" in value:
+            for dropped, mutated in _sql_conditions_dropped(value):
+                def drop_condition(n=node, mutated=mutated):
+                    n.value = mutated
+                out.append((f"SQL condition dropped: {dropped}", drop_condition))
         elif isinstance(value, str):
             for members in CLOSED_SETS:
                 if value in members:
@@ -139,6 +188,40 @@ def _changes(node):
                     out.append((f"'{value}' -> '{other}'", replace))
                     break
     return out
+
+
+def _base_class(node):
+    """The name of the direct base class of ``module.Class`` or a builtin class, when the same
+    module exposes it (and it is not ``object``); else None."""
+    try:
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            module = importlib.import_module(node.value.id)
+            cls = getattr(module, node.attr)
+        elif isinstance(node, ast.Name):
+            module, cls = builtins, getattr(builtins, node.id)
+        else:
+            return None
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(cls, type) or len(cls.__mro__) < 2 or cls.__mro__[1] is object:
+        return None
+    base = cls.__mro__[1]
+    return base.__name__ if getattr(module, base.__name__, None) is base else None
+
+
+# One condition of a SQL WHERE or ON clause: `column = ?3`, `a.b = :name`, `x = 'text'`, `x = y`.
+_SQL_TERM = r"[A-Za-z_][\w.]*\s*=\s*(?:\?\d*|:\w+|'[^']*'|[A-Za-z_][\w.]*)"
+
+
+def _sql_conditions_dropped(sql):
+    """(condition, SQL without it) for each condition joined to another by AND."""
+    seen = {}
+    for pattern in (rf"(?<=WHERE )({_SQL_TERM})\s+AND\s+", rf"(?<=AND )({_SQL_TERM})\s+AND\s+",
+                    rf"\s+AND\s+({_SQL_TERM})"):
+        for match in re.finditer(pattern, sql):
+            mutated = sql[: match.start()] + sql[match.end():]
+            seen.setdefault(mutated, " ".join(match.group(1).split()))
+    return [(dropped, mutated) for mutated, dropped in seen.items()]
 
 
 def mutants(source, functions):

@@ -114,6 +114,22 @@ def test_a_redirect_to_another_origin_is_not_followed_and_the_key_never_reaches_
     assert (row["state"], row["outcome"], row["http_status"]) == ("open", "provider_error", status)
 
 
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY", "http_proxy"])
+def test_a_proxy_named_in_the_environment_is_not_used(hostile_account, monkeypatch, variable):
+    """No proxy from the environment sees the key header: the client trusts nothing there."""
+    with _Recorder() as proxy:
+        monkeypatch.setenv(variable, proxy.base_url)
+        monkeypatch.setattr(transport, "_shared", {})  # a pool made while the variable is set
+        hostile_account.answer = lambda request: Reply(429, {}, documented_error("rate_limit_error"))
+        try:
+            error = ask()
+        finally:
+            transport._close_shared()
+        assert proxy.requests == []
+    assert len(hostile_account.requests) == 1
+    assert isinstance(error, llm.ModelError) and error.code == "rate_limited"
+
+
 # --- What a timeout proves (docs/architecture.md "Failover") --------------------------------------
 
 
