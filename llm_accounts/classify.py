@@ -185,13 +185,14 @@ def _classify(raw):
     message = error.get("message")
     details = error.get("details")
     code = details.get("error_code") if isinstance(details, dict) else None
+    documented = body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
     return ErrorInfo(
         provider_error_type=error_type,
-        rejection_class=rejection_class_for(message),
+        # The message of an undocumented body names no class: it is shown and stored as
+        # "other" (docs/errors.md "Rejection classes").
+        rejection_class=rejection_class_for(message) if documented else OTHER,
         error_code=code if code in ERROR_CODES else None,
-        documented=(
-            body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
-        ),
+        documented=documented,
     )
 
 

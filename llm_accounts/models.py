@@ -410,13 +410,17 @@ class RoutedClaude(_Shared, llm.KeyModel):
         try:
             status = resp.status_code
             if status != 200:
-                try:
-                    info = transport.read_refusal(resp)
-                except BaseException:
-                    # Interrupted while reading: the status alone still counts (a 401 blocks).
-                    call.refused(attempt, status, classify.UNREADABLE)
-                    raise
-                end.decide(call.refused(attempt, status, info, parse_retry_after(resp.headers.get("retry-after"))))
+                # A Ctrl-C while the body is read waits until it is read (within its bound) and
+                # recorded, then interrupts (transport.interrupts_held).
+                with transport.interrupts_held():
+                    try:
+                        info = transport.read_refusal(resp)
+                    except BaseException:
+                        # Interrupted otherwise: the status alone still counts (a 401 blocks).
+                        call.refused(attempt, status, classify.UNREADABLE)
+                        raise
+                    decided = call.refused(attempt, status, info, parse_retry_after(resp.headers.get("retry-after")))
+                end.decide(decided)
                 return
             request_id = resp.headers.get("request-id")
             if stream:
@@ -549,13 +553,16 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         try:
             status = resp.status_code
             if status != 200:
-                try:
-                    info = await transport.aread_refusal(resp)
-                except asyncio.CancelledError:
-                    # The status alone still counts: a 401 blocks, a 429 is rate_limited.
-                    await _shielded(call.refused, attempt, status, classify.UNREADABLE)
-                    raise
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                reading = asyncio.ensure_future(transport.aread_refusal(resp))
+                try:
+                    info = await asyncio.shield(reading)
+                except asyncio.CancelledError:
+                    # The body is still read (within its bound) and recorded, then the
+                    # cancellation goes on; a body cut short leaves the status (a 401 blocks).
+                    info = await _outcome_of(reading) or classify.UNREADABLE
+                    await _shielded(call.refused, attempt, status, info, retry_after)
+                    raise
                 end.decide(await _shielded(call.refused, attempt, status, info, retry_after))
                 return
             request_id = resp.headers.get("request-id")

@@ -238,7 +238,8 @@ class RoutedCall:
             evidence = Refused(outcome, status, info.provider_error_type, info.rejection_class, failure, retry_after_s)
             self._settle(attempt.id, evidence, outcome, 0)
         else:
-            self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
+            evidence = Unknown(outcome, failure, status, info.provider_error_type, info.rejection_class)
+            self._settle(attempt.id, evidence, outcome, None)
         attempt.secret = None
         detail = info.provider_error_type + (
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""

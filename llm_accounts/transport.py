@@ -16,6 +16,7 @@ import http.cookiejar
 import ipaddress
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -202,6 +203,30 @@ def read_refusal(response):
         except httpx.HTTPError:
             pass
     return body.info()
+
+
+@contextlib.contextmanager
+def interrupts_held():
+    """Hold a Ctrl-C that arrives inside the block until the block ends, then hand it to the
+    handler that was in place (Python's raises ``KeyboardInterrupt``).
+
+    A refusal's body is read within its bound (five seconds) and its outcome recorded before
+    the caller stops, so an interrupted 4xx keeps its diagnosis and, when documented, settles at
+    zero (docs/errors.md "Provider text is dropped"). Only the main thread receives signals; a
+    handler that is not a Python function (ignored, or the default) is left as it is.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    pressed = []
+    signal.signal(signal.SIGINT, lambda signum, frame: pressed.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pressed:
+            previous(signal.SIGINT, None)
 
 
 @contextlib.contextmanager

@@ -68,7 +68,8 @@ def cancel_when_stalled(server, stream, *, prompt="hello"):
 # --- Cancellation at each point -------------------------------------------------------------------
 
 
-def test_an_async_429_cancelled_while_its_body_is_read_records_rate_limited(stalling, ledger_path):
+def test_an_async_429_cancelled_while_its_body_is_read_records_rate_limited(stalling, ledger_path, monkeypatch):
+    monkeypatch.setattr(transport, "ERROR_BODY_SECONDS", 1.0)  # the body is read on after the cancel, to its bound
     body = error_json("rate_limit_error")
     stalling.pieces = [head(429, "Too Many Requests", "application/json", len(body)), Stalling.STALL, body]
     cancel_when_stalled(stalling, stream=True)
@@ -140,7 +141,8 @@ def stalled_200(stream):
 
 
 @pytest.mark.parametrize("stop", sorted(STOPS))
-def test_a_401_stopped_while_its_body_is_read_still_blocks(stalling, ledger_path, stop):
+def test_a_401_stopped_while_its_body_is_read_still_blocks(stalling, ledger_path, stop, monkeypatch):
+    monkeypatch.setattr(transport, "ERROR_BODY_SECONDS", 1.0)  # the body is read on after the stop, to its bound
     body = error_json("authentication_error")
     stalling.pieces = [head(401, "Unauthorized", "application/json", len(body)), body[:10], Stalling.STALL, body[10:]]
     STOPS[stop](stalling, stream=False)

@@ -488,6 +488,25 @@ def test_thinking_tokens_are_not_added_to_output_twice():
     assert settlement_cost(u, SONNET_45, request(), REVISION) == 100 * 3000 + 50 * 15000
 
 
+@pytest.mark.parametrize("details", [
+    {"thinking_tokens": 40, "audio_output_tokens": 7},  # a count this revision has no name for
+    {"new_kind_tokens": 9},
+    {"thinking_tokens": 40, "nested": {"more_tokens": 2}},
+], ids=["known-and-unknown", "unknown-only", "nested"])
+def test_an_unknown_count_in_the_output_breakdown_keeps_no_ceiling_open(details):
+    """``output_tokens`` is the inclusive total billed; ``output_tokens_details`` only breaks it
+    down, so a count there, named or not, changes neither the cost nor what is known
+    (docs/pricing.md "What keeps an attempt open")."""
+    plain = settlement_cost(usage(), SONNET_45, request(), REVISION)
+    assert settlement_cost(usage(output_tokens_details=details), SONNET_45, request(), REVISION) == plain == (
+        100 * 3000 + 50 * 15000)
+
+
+def test_an_unknown_count_beside_output_tokens_keeps_the_ceiling_open():
+    """The same count outside the breakdown may be billed on top: unknown is never zero."""
+    assert settlement_cost(usage(audio_output_tokens=7), SONNET_45, request(), REVISION) is None
+
+
 def test_a_split_that_does_not_add_up_keeps_the_ceiling_open():
     u = usage(cache_creation_input_tokens=500, cache_creation={"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 200})
     assert settlement_cost(u, SONNET_45, request(), REVISION) is None
