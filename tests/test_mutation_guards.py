@@ -60,6 +60,24 @@ def test_a_plain_http_base_url_on_loopback_is_allowed(url):
     assert transport.base_url({transport.BASE_URL_ENV: url}) == url
 
 
+@pytest.mark.parametrize("url", ["ftp://127.0.0.1", "ws://localhost:80", "file:///tmp", "127.0.0.1:8080"])
+def test_a_base_url_of_another_scheme_is_refused_even_on_loopback(url):
+    with pytest.raises(AccountsError) as caught:
+        transport.base_url({transport.BASE_URL_ENV: url})
+    assert caught.value.code == "declaration_invalid"
+
+
+@pytest.mark.parametrize("url", [
+    "https://api.example.com?zq=zv", "https://api.example.com/#zf", "https://zu:zp@api.example.com",
+    "https://zu@api.example.com", "http://127.0.0.1:9/?zq=zv", "http://127.0.0.1:9#zf",
+])
+def test_a_base_url_carrying_credentials_a_query_or_a_fragment_is_refused_without_repeating_it(url):
+    with pytest.raises(AccountsError) as caught:
+        transport.base_url({transport.BASE_URL_ENV: url})
+    assert caught.value.code == "declaration_invalid"
+    assert not any(part in str(caught.value) for part in ("zq", "zv", "zf", "zu", "zp"))
+
+
 class _Recorder:
     """A loopback origin that records the header names of every request it receives."""
 
