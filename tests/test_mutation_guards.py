@@ -69,7 +69,7 @@ def test_a_base_url_of_another_scheme_is_refused_even_on_loopback(url):
 
 @pytest.mark.parametrize("url", [
     "https://api.example.com?zq=zv", "https://api.example.com/#zf", "https://zu:zp@api.example.com",
-    "https://zu@api.example.com", "http://127.0.0.1:9/?zq=zv", "http://127.0.0.1:9#zf",
+    "https://zu@api.example.com", "https://:zp@api.example.com", "http://127.0.0.1:9/?zq=zv", "http://127.0.0.1:9#zf",
 ])
 def test_a_base_url_carrying_credentials_a_query_or_a_fragment_is_refused_without_repeating_it(url):
     with pytest.raises(AccountsError) as caught:
