@@ -1,6 +1,6 @@
 """Mutation testing of the rule modules (docs/reliability.md "Mutation score").
 
-    .venv/bin/python bench/mutate.py [--max N] [--seed S] [--only MODULE ...] [--list]
+    .venv/bin/python bench/mutate.py [--max N] [--seed S] [--only MODULE ...] [--kind REGEX] [--list]
 
 Each target is a rule module (and, for large ones, the functions that hold the rule) with the
 test files that state its rules. A *mutant* is the module with one small change to its syntax
@@ -16,7 +16,9 @@ HEAD (the shared tree is never touched) and the target's tests run there; a muta
 when they fail (or time out) and *survives* when they pass. The score is killed / tried.
 
 Up to ``--max`` mutants per target are tried (all with ``--max 0``), drawn with ``--seed`` from
-every mutation site, so a run is repeatable. Survivors are printed with their line and change.
+every mutation site, so a run is repeatable; ``--kind`` keeps only the changes whose description
+matches (``--kind 'SQL|operand|isinstance'`` for the kinds added last). Survivors are printed
+with their line and change.
 """
 
 import argparse
@@ -268,6 +270,7 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--only", nargs="*", choices=sorted(TARGETS))
     parser.add_argument("--timeout", type=float, default=180)
+    parser.add_argument("--kind", help="only changes whose description matches this regular expression")
     parser.add_argument("--list", action="store_true", help="count the mutation sites and stop")
     args = parser.parse_args(argv)
     targets = {name: TARGETS[name] for name in (args.only or TARGETS)}
@@ -284,7 +287,7 @@ def main(argv=None):
         for name, (path, functions, tests) in targets.items():
             tests = [test for test in tests if (worktree / test).exists()]
             source = (worktree / path).read_text()
-            every = list(mutants(source, functions))
+            every = [m for m in mutants(source, functions) if args.kind is None or re.search(args.kind, m[1])]
             chosen = every if args.max == 0 else random.Random(f"{args.seed}:{name}").sample(every, min(args.max, len(every)))
             chosen.sort(key=lambda item: item[0])
             if args.list:
