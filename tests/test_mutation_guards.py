@@ -132,15 +132,16 @@ def test_a_redirect_to_another_origin_is_not_followed_and_the_key_never_reaches_
     assert (row["state"], row["outcome"], row["http_status"]) == ("open", "provider_error", status)
 
 
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 @pytest.mark.parametrize("variable", ["HTTP_PROXY", "ALL_PROXY", "http_proxy"])
-def test_a_proxy_named_in_the_environment_is_not_used(hostile_account, monkeypatch, variable):
+def test_a_proxy_named_in_the_environment_is_not_used(hostile_account, monkeypatch, variable, use_async):
     """No proxy from the environment sees the key header: the client trusts nothing there."""
     with _Recorder() as proxy:
         monkeypatch.setenv(variable, proxy.base_url)
         monkeypatch.setattr(transport, "_shared", {})  # a pool made while the variable is set
         hostile_account.answer = lambda request: Reply(429, {}, documented_error("rate_limit_error"))
         try:
-            error = ask()
+            error = ask(use_async)  # an async pool is made for each event loop
         finally:
             transport._close_shared()
         assert proxy.requests == []
