@@ -5,8 +5,10 @@ may be sent, what a timeout proves, which refusals settle at zero, and what a bi
 
 import asyncio
 import datetime as dt
+import errno
 import http.server
 import json
+import socket
 import sqlite3
 import threading
 
@@ -189,6 +191,23 @@ def test_a_failure_after_the_connection_was_made_is_not_proof_of_never_sent(erro
                          ids=lambda error: type(error).__name__)
 def test_a_connection_never_made_proves_never_sent(error):
     assert transport.describe_failure(error).never_sent is True
+
+
+def _raised_from(error, cause):
+    try:
+        raise error from cause
+    except httpx.HTTPError as raised:
+        return raised
+
+
+@pytest.mark.parametrize("cause, kind", [
+    (ConnectionRefusedError(errno.ECONNREFUSED, "refused"), "connection refused"),
+    (socket.gaierror(socket.EAI_NONAME, "unknown"), "host name not resolved"),
+    (OSError(errno.ENETUNREACH, "unreachable"), "network unreachable"),
+], ids=["refused", "not-resolved", "unreachable"])
+def test_a_failed_connection_is_described_by_its_cause(cause, kind):
+    """The words a person reads come from the errno under httpx's exception, not its type alone."""
+    assert transport.describe_failure(_raised_from(httpx.ConnectError("failed"), cause)).kind == kind
 
 
 # --- Which refusals settle at zero (docs/architecture.md "Attempt outcomes") -----------------------
