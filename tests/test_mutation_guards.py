@@ -268,3 +268,24 @@ def test_a_binding_is_keyed_by_scope_kind_as_well_as_id(ledger, work, home):
     assert second.new_binding
     kinds = ledger._conn.execute("SELECT scope_kind FROM binding WHERE scope_id = 'same-id' ORDER BY scope_kind").fetchall()
     assert [kind for (kind,) in kinds] == ["conversation", "instance"]
+
+
+@pytest.mark.parametrize("outcome", ["complete", "not_sent", "made_up"])
+def test_the_ledger_refuses_an_unknown_outcome_that_is_not_one(ledger, work, outcome):
+    """complete and not_sent are proofs, not unknowns: they settle only with their evidence."""
+    from llm_accounts.ledger import Unknown
+
+    ledger.reserve(Scope("conversation", "c1"), "a1", quote(), [work], now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.settle("a1", Unknown(outcome), now=T0)
+    assert caught.value.code == "declaration_invalid" and "outcome" in caught.value.message
+
+
+@pytest.mark.parametrize("status", [True, "500", 99, 600, 500.0])
+def test_the_ledger_refuses_an_unknown_outcome_whose_status_is_not_an_http_status(ledger, work, status):
+    from llm_accounts.ledger import Unknown
+
+    ledger.reserve(Scope("conversation", "c1"), "a1", quote(), [work], now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.settle("a1", Unknown("provider_error", "provider_outage", status), now=T0)
+    assert caught.value.code == "declaration_invalid" and "http_status" in caught.value.message
