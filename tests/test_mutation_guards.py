@@ -62,6 +62,11 @@ def test_a_plain_http_base_url_on_loopback_is_allowed(url):
     assert transport.base_url({transport.BASE_URL_ENV: url}) == url
 
 
+@pytest.mark.parametrize("environ", [{}, {transport.BASE_URL_ENV: ""}], ids=["unset", "empty"])
+def test_an_unset_or_empty_base_url_is_the_anthropic_api(environ):
+    assert transport.base_url(environ) == "https://api.anthropic.com"
+
+
 @pytest.mark.parametrize("url", ["ftp://127.0.0.1", "ws://localhost:80", "file:///tmp", "127.0.0.1:8080"])
 def test_a_base_url_of_another_scheme_is_refused_even_on_loopback(url):
     with pytest.raises(AccountsError) as caught:
