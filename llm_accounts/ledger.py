@@ -1273,6 +1273,31 @@ class Ledger:
         ``reconcile``, or in flight."""
         return self.attempts(state="open", oldest_first=True, **filters)
 
+    def attempts_between(self, account, start, end, *, provider="anthropic"):
+        """One account's attempts created in ``[start, end)`` (aware datetimes), oldest first: the
+        rows a usage report's minutes are matched against (docs/architecture.md "Settling from the
+        provider"). Off the request path, so it reads without an index on ``created_at``."""
+        check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        sql = (
+            "SELECT * FROM attempt WHERE provider = ? AND account = ? AND created_at >= ? AND created_at < ? "
+            f"ORDER BY {self._backend.order_column}"
+        )
+        args = (provider, account, clock.isoformat(start), clock.isoformat(end))
+        return self._run("attempts_between", lambda conn: [dict(row) for row in conn.execute(sql, args)], write=False)
+
+    def daily_spend(self, account, first_day, last_day, *, provider="anthropic"):
+        """``{day_utc: (settled cost, settled attempts, open attempts)}`` of one account's attempts
+        from ``first_day`` to ``last_day`` (YYYY-MM-DD, inclusive), for the audit against the
+        provider's reports (docs/architecture.md "Auditing against the bill")."""
+        check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        sql = """SELECT day_utc, COALESCE(SUM(cost_nusd), 0),
+                   SUM(CASE WHEN state = 'settled' THEN 1 ELSE 0 END), SUM(CASE WHEN state = 'open' THEN 1 ELSE 0 END)
+                 FROM attempt WHERE provider = ? AND account = ? AND day_utc >= ? AND day_utc <= ? GROUP BY day_utc"""
+        args = (provider, account, first_day, last_day)
+        return self._run(
+            "daily_spend", lambda conn: {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in conn.execute(sql, args)}, write=False
+        )
+
     def audit(self, *, provider="anthropic"):
         """Recompute every month's running totals from its attempt rows; list any that differ."""
 

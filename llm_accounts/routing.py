@@ -14,7 +14,7 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, clock, keys, pricing
+from . import catalog, classify, clock, keys, pricing, provider_pass
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -64,6 +64,9 @@ class RoutedCall:
         # A list older than a day is fetched again in a background thread: this prompt routes on
         # the lists just read and never waits; the next prompt uses the new ones.
         catalog.refresh_stale_in_background(declaration, served)
+        # Likewise, open attempts are settled from the usage report where it leaves no doubt
+        # (docs/architecture.md "Settling from the provider").
+        provider_pass.settle_in_background(declaration)
         self.records = []
         self.tried = []
         # (account, short summary, error) of each attempt a new conversation moved on from.
