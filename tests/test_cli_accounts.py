@@ -48,6 +48,18 @@ def test_add_writes_the_declaration(user_path):
     }
 
 
+def test_add_declares_the_organizations_admin_key_variable_and_the_key_id(user_path):
+    add_work("--admin-key-env", "WORK_ADMIN_KEY", "--api-key-id", "apikey_01Rj2N8SVvo6BePZj99NhmiT")
+    [account] = stored(user_path)["accounts"]
+    assert (account["admin_key_env"], account["api_key_id"]) == ("WORK_ADMIN_KEY", "apikey_01Rj2N8SVvo6BePZj99NhmiT")
+
+
+def test_add_refuses_an_admin_key_env_that_is_the_key_env(user_path):
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "1", "--admin-key-env", "WORK_KEY")
+    assert result.exit_code == 1
+    assert "--admin-key-env: names the same variable as --key-env" in result.output
+
+
 def test_add_writes_a_user_only_file(user_path):
     add_work()
     assert stat.S_IMODE((user_path / "accounts.json").stat().st_mode) == 0o600
