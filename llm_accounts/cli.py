@@ -1171,6 +1171,111 @@ def _reconcile_from_provider(account, json_):
 
 
 @accounts.command()
+@click.option("--from-provider", is_flag=True, help="Compare with the organization's usage and cost reports (needs admin_key_env)")
+@click.option("--account", metavar="NAME", help="Only this account (with --from-provider)")
+@click.option("--days", default=7, show_default=True, type=click.IntRange(1, 31), help="UTC days to compare, up to today")
+@click.option("json_", "--json", is_flag=True, help="Output as JSON")
+def audit(from_provider, account, days, json_):
+    """Check the ledger: its running totals against its rows, or (--from-provider) its spend
+    against the provider's own reports.
+
+    With --from-provider, for each account and UTC day: the ledger's settled spend beside the
+    usage the organization's usage report shows on the account's key, priced at the shipped
+    prices ('outside' is spend that never went through the ledger: another tool on the same
+    key, or attempts still open). For each organization and day: the cost report (what was
+    billed) beside all its usage at the shipped prices ('drift' means the shipped prices
+    disagree with the bill) and usage on keys no account declares (the console, other tools).
+    See docs/architecture.md "Auditing against the bill".
+
+    \b
+    Example:
+        llm accounts audit
+        llm accounts audit --from-provider --days 3
+        llm accounts audit --from-provider --account work --json
+    """
+    from .errors import AccountsError
+
+    if not from_provider:
+        if account is not None:
+            fail(AccountsError("declaration_invalid", "--account: goes with --from-provider"))
+        ledger = _ledger()
+        try:
+            problems = ledger.audit()
+        except AccountsError as error:
+            fail(error)
+        if json_:
+            echo_json({"problems": problems})
+        elif problems:
+            for line in problems:
+                click.echo(line)
+        else:
+            click.echo("The ledger's running totals match its attempt rows")
+        if problems:
+            fail(AccountsError("ledger_unavailable", f"{len(problems)} running totals differ from the attempt rows (see above)"))
+        return
+    _audit_from_provider(account, days, json_)
+
+
+def _audit_from_provider(account, days, json_):
+    from . import provider_audit
+    from .declarations import load_declaration
+    from .errors import AccountsError
+    from .money import usd_fine
+
+    try:
+        declaration = load_declaration()
+    except AccountsError as error:
+        fail(error)
+    names = None
+    if account is not None:
+        if account not in {a.name for a in declaration.accounts}:
+            fail(AccountsError("not_found", "--account: names no declared account (see llm accounts list)"))
+        names = {account}
+    if not any(a.admin_key_env for a in declaration.accounts if names is None or a.name in names):
+        fail(AccountsError(
+            "declaration_invalid",
+            "--from-provider: no account declares admin_key_env, so no report can be read; "
+            "add it with llm accounts add NAME ... --admin-key-env VAR --replace (docs/architecture.md \"Auditing against the bill\")",
+        ))
+    ledger = _ledger()
+    try:
+        account_days, organization_days, errors = provider_audit.audit_from_provider(declaration, ledger, names, days=days)
+    except AccountsError as error:
+        fail(error)
+
+    def money(value):
+        return "?" if value is None else usd_fine(value)
+
+    if json_:
+        echo_json({
+            "accounts": [row.as_dict() for row in account_days],
+            "organizations": [row.as_dict() for row in organization_days],
+            "errors": [{"accounts": who, "code": error.code, "message": error.message} for who, error in errors],
+        })
+    else:
+        if account_days:
+            table = [("account", "day (UTC)", "ledger", "usage report", "outside ledger", "open")]
+            for row in account_days:
+                table.append((row.account, row.day, money(row.ledger_nusd), money(row.usage_nusd),
+                              money(row.outside_nusd) if row.outside_nusd else ("" if row.outside_nusd == 0 else "?"),
+                              str(row.open_attempts or "")))
+            _table(table)
+            click.echo()
+        if organization_days:
+            table = [("organization of", "day (UTC)", "billed", "usage at shipped prices", "price drift", "undeclared keys")]
+            for row in organization_days:
+                table.append((",".join(row.accounts), row.day, money(row.billed_nusd), money(row.usage_nusd),
+                              money(row.drift_nusd) if row.drift_nusd else ("" if row.drift_nusd == 0 else "?"),
+                              money(row.undeclared_nusd) if row.undeclared_nusd else ""))
+            _table(table)
+        for names_, error in errors:
+            click.echo(f"{', '.join(names_)}: reports not read: {error}")
+    if errors:
+        first = errors[0][1]
+        fail(AccountsError(first.code, f"could not read the reports of {', '.join(n for names_, _ in errors for n in names_)}"))
+
+
+@accounts.command()
 @click.argument("name")
 @click.option("--month", required=True, metavar="YYYY-MM", help="Credit period to correct")
 @click.option("--delta", required=True, metavar="USD", help="Signed change to that period's spend, such as 1.25 or -0.40")
