@@ -213,6 +213,8 @@ def settle_in_background(declaration, now=None):
     """Start a daemon thread running the pass, or do nothing; returns the thread or None. Never
     raises: a prompt never fails because the report could not be read."""
     global _background
+    if not any(account.admin_key_env for account in declaration.accounts):
+        return None  # nothing to read: no file is opened on the prompt's path
     try:
         path = state_path()
         if not due(declaration, load_state(path), now or clock.now()):
