@@ -40,6 +40,9 @@ WINDOW_GAP = dt.timedelta(minutes=60)
 # Minutes read around a window's attempts, so a span that begins or ends near them is seen whole.
 MARGIN = dt.timedelta(minutes=15)
 RUN_EVERY = dt.timedelta(minutes=2)
+# The automatic pass looks at attempts opened within this long; older ones have had their chances
+# (what the report could settle, it settled) and 'llm accounts reconcile --from-provider' reads them all.
+AUTOMATIC_LOOKBACK = dt.timedelta(hours=24)
 RETRY_AFTER = dt.timedelta(minutes=15)
 _NAMESPACE = uuid.UUID("6f1d0d3e-3c1e-4a4e-9b5e-3f3b8c1d2a10")
 
@@ -133,9 +136,10 @@ def windows(open_rows):
     ]
 
 
-def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, path=None, dry_run=False):
-    """Run the pass for one account; returns its ``AccountResult``. Errors reaching the Admin API
-    or resolving its key are the result's ``error``: every open attempt then stays open."""
+def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, path=None, since=None):
+    """Run the pass for one account (its attempts opened at ``since`` or later, default all);
+    returns its ``AccountResult``. Errors reaching the Admin API or resolving its key are the
+    result's ``error``: every open attempt then stays open."""
     result = AccountResult(account.name)
     if not account.admin_key_env:
         result.skipped = "no admin_key_env declared"
@@ -143,7 +147,10 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
     now = now or clock.now()
     path = pathlib.Path(path or state_path())
     revision = pricing.current_revision()
-    open_rows = [row for row in ledger.open_attempts(account=account.name)]
+    open_rows = [
+        row for row in ledger.open_attempts(account=account.name)
+        if since is None or dt.datetime.fromisoformat(row["created_at"]) >= since
+    ]
     if not open_rows:
         return result
     secret = None
@@ -166,13 +173,12 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
                 if isinstance(verdict, provider_usage.Keep):
                     result.kept.append(verdict)
                     continue
-                if not dry_run:
-                    try:
-                        ledger.reconcile(adjustment_id(verdict.attempt_id), verdict.attempt_id, verdict.cost_nusd, verdict.source_ref, now=now)
-                    except AccountsError as error:
-                        if error.code != "settlement_conflict":
-                            raise
-                        continue  # its own process settled it meanwhile
+                try:
+                    ledger.reconcile(adjustment_id(verdict.attempt_id), verdict.attempt_id, verdict.cost_nusd, verdict.source_ref, now=now)
+                except AccountsError as error:
+                    if error.code != "settlement_conflict":
+                        raise
+                    continue  # its own process settled it meanwhile
                 result.settled.append(verdict)
     except AccountsError as error:
         result.error = error
@@ -183,13 +189,13 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
     return result
 
 
-def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, path=None, dry_run=False):
+def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, path=None, since=None):
     """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each."""
     base = base or transport.base_url()
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
     with transport.client() as http:
         return [
-            settle_account(a, declaration, ledger, http, base=base, cwd=cwd, now=now, path=path, dry_run=dry_run)
+            settle_account(a, declaration, ledger, http, base=base, cwd=cwd, now=now, path=path, since=since)
             for a in wanted
         ]
 
@@ -247,7 +253,9 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
             # Never the secret lookup command off the request path (docs/security.md "Child processes").
             quiet = dataclasses.replace(declaration, lookup=None)
             with Ledger(ledger_location) as ledger:
-                results = settle_from_provider(quiet, ledger, base=base, cwd=cwd, now=now, path=path)
+                results = settle_from_provider(
+                    quiet, ledger, base=base, cwd=cwd, now=now, path=path, since=now - AUTOMATIC_LOOKBACK
+                )
             failed = [r for r in results if r.error is not None]
             settled = sum(len(r.settled) for r in results)
             log.debug("automatic provider pass: %d settled, %d accounts failed", settled, len(failed))

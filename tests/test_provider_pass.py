@@ -11,7 +11,7 @@ import sys
 import llm
 import pytest
 
-from conftest import assert_no_key_material, make_key
+from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from llm_accounts import clock, provider_pass, provider_usage
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.money import NANO
@@ -266,12 +266,23 @@ def test_the_admin_key_appears_in_no_output_or_file(org, ledger_path, fake_clock
     outputs = [
         llm_cli("accounts", "reconcile", "--from-provider").output,
         llm_cli("accounts", "reconcile", "--from-provider", "--json").output,
+        llm_cli("accounts", "audit", "--from-provider", "--json").output,
         llm_cli("accounts", "list", "--json").output,
     ]
-    for text in outputs:
-        for name in ("ALPHA_ADMIN", "BETA_ADMIN"):
+    assert provider_pass.wait_for_background(30)
+    assert provider_pass.state_path().exists()
+    for name in ("ALPHA_ADMIN", "BETA_ADMIN"):
+        for text in outputs:
             assert_no_key_material(text, org.keys[name])
-    for path in (ledger_path, provider_pass.state_path()):
-        data = path.read_bytes()
-        for name in ("ALPHA_ADMIN", "BETA_ADMIN"):
-            assert not any(run.encode() in data for run in {org.keys[name][i:i + 8] for i in range(len(org.keys[name]) - 7)})
+        assert_tree_has_no_key_material(tmp_path, org.keys[name], ignore={"keys.json"})
+
+
+def test_the_automatic_pass_looks_back_a_day_and_the_command_reads_every_open_attempt(org, ledger_path, fake_clock):
+    interrupted()
+    assert provider_pass.wait_for_background(30)
+    fake_clock.advance(hours=25)
+    assert llm_cli("-m", MODEL, "A day later").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    assert rows(ledger_path)[0]["state"] == "open"
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    assert rows(ledger_path)[0]["state"] == "settled"
