@@ -649,6 +649,13 @@ class Ledger:
         if row["state"] == "settled":
             if fields is None or _same_settlement(row, fields):
                 return "already_settled"
+            if isinstance(evidence, Complete) and fields["cost_nusd"] == row["cost_nusd"] and conn.execute(
+                "SELECT 1 FROM adjustment WHERE attempt_id = ? AND kind = 'reconciliation'", (attempt_id,)
+            ).fetchone():
+                # A reconciliation (from the usage report, say) came first and the answer agrees
+                # with it: the same cost twice is no conflict (docs/architecture.md "Settling from
+                # the provider").
+                return "already_settled"
             # Differing final evidence blocks the account; the original row stays
             # (docs/architecture.md "Ceilings and settlement").
             self._block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
