@@ -1100,7 +1100,7 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id):
         fail(AccountsError(
             "declaration_invalid",
             f"USD: account {name} has {len(rows)} open attempt{'s' if len(rows) != 1 else ''} ({shown}, oldest first) "
-            f"and {len(amounts)} amount{'s' if len(amounts) != 1 else ''} were given; give one each or --cost for all "
+            f"and {len(amounts)} amount{'s were' if len(amounts) != 1 else ' was'} given; give one each or --cost for all "
             f"(see llm accounts attempts --open --account {name})",
         ))
     costs = [_usd_option(text, f"USD <entry {n}>", allow_zero=True) for n, text in enumerate(amounts, start=1)]

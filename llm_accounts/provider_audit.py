@@ -17,6 +17,7 @@ import re
 from fractions import Fraction
 
 from . import admin_api, clock, keys, pricing, provider_usage, transport
+from .provider_pass import key_id_for, state_path
 from .errors import AccountsError
 
 UTC = dt.timezone.utc
@@ -161,8 +162,6 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
         if account.admin_key_env and (names is None or account.name in names):
             organizations.setdefault(account.admin_key_env, []).append(account)
     account_days, organization_days, errors = [], [], []
-    from .provider_pass import key_id_for, state_path
-
     with transport.client() as http:
         for admin_key_env, members in organizations.items():
             secret = None

@@ -37,6 +37,7 @@ import datetime as dt
 import json
 
 from . import pricing
+from .money import usd_fine
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)
@@ -271,8 +272,6 @@ def _decide_span(first, last, span, model, report, covered, key_id, now, price):
     if cost is None:
         return keep("unpriced")
     if cost > attempt.ceiling_nusd:
-        from .money import usd_fine
-
         return keep("above_ceiling", cost=usd_fine(cost), ceiling=usd_fine(attempt.ceiling_nusd))
     where = minute_text(first) if first == last else f"{minute_text(first)}..{minute_text(last)}"
     return [Settle(attempt.id, attempt.account, cost, f"usage_report:messages:{where}:{key_id}:{model}", left)]
