@@ -1078,9 +1078,10 @@ def rebind(conversation_id, name, source):
     """Move a conversation to another account.
 
     A conversation never moves by itself (its prompt cache lives in one account); this moves
-    it explicitly and records the move. The next 'llm -c' uses NAME. CONVERSATION_ID must be a
-    conversation the ledger holds (one prompted through claude-routed), and NAME a declared
-    account that is not blocked.
+    it explicitly and records the move. The next 'llm -c' uses NAME. CONVERSATION_ID is a
+    conversation id or a response id from 'llm logs' (a Python prompt made without a
+    conversation is named by its response id) that the ledger holds (prompted through
+    claude-routed), and NAME a declared account that is not blocked.
 
     \b
     Example:

@@ -375,11 +375,13 @@ class UnroutedCall:
         pass
 
 
-def scope_for(conversation, instance_id):
-    """docs/architecture.md "Scope": the llm conversation id, else a private id per model instance."""
+def scope_for(conversation, prompt_id=None):
+    """docs/architecture.md "Scope": the llm conversation id, else a scope of this prompt's own,
+    named by its llm response id (the ``id`` ``llm logs`` shows), so prompts on one model object
+    spread across accounts and a failed account binds none but its own prompt."""
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
-    return Scope("instance", instance_id)
+    return Scope("prompt", str(prompt_id or uuid.uuid4()))
 
 
 def _holds_nothing(text):
