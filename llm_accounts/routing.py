@@ -8,7 +8,9 @@ both loops make the same ones:
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
   attempt as never sent without trying another account (docs/architecture.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover").
+  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
+- a 500, 502, 503 or 504 is unknown (its attempt stays open) but retried on the same account, as
+  the SDK does, never moved (docs/architecture.md "Retries").
 """
 
 import dataclasses
@@ -24,6 +26,9 @@ from .scrub import run_detector
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
 RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wait may cure
+# Unknown outcomes the SDK retries: sent again on the same account only, the failed attempt
+# keeping its ceiling (docs/architecture.md "Retries").
+RETRIED_SERVER_ERRORS = (500, 502, 503, 504)
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
 
@@ -73,6 +78,7 @@ class RoutedCall:
         self.retrying = None  # the account a retry goes back to
         self.pending_wait = None  # seconds the caller waits before calling begin() again
         self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
+        self.retried_error = None  # the 5xx a retry is going back for, raised if it is not admitted
 
     # Reservation -------------------------------------------------------------------------------
 
@@ -105,11 +111,11 @@ class RoutedCall:
         if refusal is not None:
             if self._wait_out(refusal):
                 return None
-            raise self._last_failure(refusal) or self._explained(refusal)
+            raise self._retry_refused(refusal) or self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
-        self.retrying = None
+        self.retrying = self.retried_error = None
         self.records.append(
             {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
         )
@@ -148,6 +154,14 @@ class RoutedCall:
             return False
         self.retrying, self.last_retriable = account, None
         return True
+
+    def _retry_refused(self, refusal):
+        """The 5xx a retry went back for, once the ledger does not admit the retry (its own
+        open ceiling may be what fills the budget): that failure is the news, the refusal why
+        it was not retried."""
+        if self.retried_error is None:
+            return None
+        return self._noted(self.retried_error, f"the retry was refused: {refusal.code}: {refusal.message}")
 
     def _last_failure(self, refusal):
         """The failure that made a new conversation move on, once no other account can take it."""
@@ -259,6 +273,9 @@ class RoutedCall:
             self.last_retriable = (attempt.account, retry_after_s) if retriable else None
             return None
         if retriable and self._retry(attempt.account, retry_after_s):
+            return None
+        if status in RETRIED_SERVER_ERRORS and self._retry(attempt.account, retry_after_s):
+            self.retried_error = error
             return None
         return self._noted(error)
 
