@@ -16,7 +16,7 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, clock, keys, pricing
+from . import catalog, classify, clock, keys, notices, pricing
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -253,6 +253,7 @@ class RoutedCall:
             self._settle(attempt.id, evidence, outcome, 0)
         else:
             self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
+            self._held_open(attempt, outcome)
         attempt.secret = None
         detail = info.provider_error_type + (
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
@@ -288,6 +289,7 @@ class RoutedCall:
             fate = "nothing was sent"
         else:
             self._settle(attempt.id, Unknown("transport_error", "transport"), "transport_error", None)
+            self._held_open(attempt, "transport_error")
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
@@ -323,6 +325,7 @@ class RoutedCall:
             # Unknown is never zero: incomplete usage keeps the ceiling open (docs/pricing.md
             # "What keeps an attempt open").
             self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
+            self._held_open(attempt, "usage_incomplete")
             if cost is not None:
                 raise AccountsError(
                     "provider_error",
@@ -346,6 +349,14 @@ class RoutedCall:
         """A stream that ended without complete usage: the attempt stays open (unknown)."""
         attempt.secret = None
         self._settle(attempt.id, Unknown(outcome, failure_class), outcome, None)
+        self._held_open(attempt, outcome)
+
+    def _held_open(self, attempt, outcome):
+        """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
+        "Held open"); only once the ledger has recorded it."""
+        account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
+        if account is not None:
+            notices.say(notices.held_open(attempt.id, account, attempt.reservation.ceiling_nusd, outcome))
 
     def routing(self, paid_by=None):
         return {
