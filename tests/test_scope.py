@@ -140,3 +140,24 @@ def test_rebind_of_an_id_the_ledger_does_not_hold_is_not_found(accounts, ledger_
     result = llm_cli("accounts", "rebind", "01jd7k2m4q8r3t5v6w7x8y9z0a", "alpha")
     assert result.exit_code == 1
     assert result.output.startswith("Error: not_found: CONVERSATION_ID: the ledger holds no conversation")
+
+
+def test_cid_continues_the_named_conversation_on_its_account(accounts, ledger_path):
+    assert llm_cli("-m", MODEL, "One").exit_code == 0
+    assert llm_cli("-m", MODEL, "Other").exit_code == 0
+    first = attempts(ledger_path)[0]
+    assert llm_cli("--cid", first["scope_id"], "Two").exit_code == 0
+    last = attempts(ledger_path)[-1]
+    assert (last["scope_kind"], last["scope_id"], last["account"]) == ("conversation", first["scope_id"], first["account"])
+
+
+def test_llm_chat_keeps_one_scope_for_the_whole_chat(accounts, ledger_path):
+    from click.testing import CliRunner
+    from llm.cli import cli
+
+    result = CliRunner().invoke(cli, ["chat", "-m", MODEL], input="One\nTwo\nexit\n", catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = attempts(ledger_path)
+    assert len(rows) == 2
+    assert len({(row["scope_kind"], row["scope_id"], row["account"]) for row in rows}) == 1
+    assert rows[0]["scope_kind"] == "conversation"
