@@ -11,20 +11,23 @@ import sys
 from .money import usd_fine
 
 
-def held_open(attempt_id, account, ceiling_nusd, outcome):
-    """The line for ``attempt_id`` left open on ``account`` (a declared account) with ``outcome``.
+def settles_automatically(account):
+    """An account that declares its organization's Admin API key (``admin_key_env``) is settled
+    from the provider's usage report without a command (docs/errors.md "Held open"); ``account``
+    may be None (no longer declared)."""
+    return bool(getattr(account, "admin_key_env", None))
 
-    An account that declares an organization Admin API key (``admin_key_env``) is settled from the
-    provider's usage report without a command; any other by ``llm accounts reconcile``.
-    """
-    if getattr(account, "admin_key_env", None):
+
+def held_open(attempt_id, account_name, ceiling_nusd, outcome, *, automatic=False):
+    """The line for ``attempt_id`` left open with ``outcome`` on account ``account_name``."""
+    if automatic:
         how = "it will be settled automatically from the provider's usage report"
     else:
         how = (
             f"settle it with 'llm accounts reconcile {attempt_id} --cost USD --source REF' "
             "once the provider's usage shows what it cost"
         )
-    return f"Warning: attempt {attempt_id} keeps {usd_fine(ceiling_nusd)} open on account '{account.name}' ({outcome}); {how}"
+    return f"Warning: attempt {attempt_id} keeps {usd_fine(ceiling_nusd)} open on account '{account_name}' ({outcome}); {how}"
 
 
 def say(line):

@@ -355,8 +355,8 @@ class RoutedCall:
         """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
         "Held open"); only once the ledger has recorded it."""
         account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
-        if account is not None:
-            notices.say(notices.held_open(attempt.id, account, attempt.reservation.ceiling_nusd, outcome))
+        automatic = notices.settles_automatically(account)
+        notices.say(notices.held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome, automatic=automatic))
 
     def routing(self, paid_by=None):
         return {

@@ -128,16 +128,16 @@ def test_each_retried_5xx_says_what_it_holds_open(accounts, ledger_path):
 
 def test_an_account_with_an_admin_key_is_settled_from_the_usage_report():
     account = types.SimpleNamespace(name="work", admin_key_env="WORK_ADMIN_KEY")
-    line = notices.held_open("a1", account, 7_920_000_000, "cancelled")
+    line = notices.held_open("a1", "work", 7_920_000_000, "cancelled", automatic=notices.settles_automatically(account))
     assert line == (
         "Warning: attempt a1 keeps $7.92 open on account 'work' (cancelled); "
         "it will be settled automatically from the provider's usage report"
     )
 
 
-def test_an_account_without_an_admin_key_is_settled_by_reconcile():
-    account = types.SimpleNamespace(name="work")
-    line = notices.held_open("a1", account, 12_345_000, "stream_closed")
+@pytest.mark.parametrize("account", [types.SimpleNamespace(name="work"), types.SimpleNamespace(name="work", admin_key_env=None), None])
+def test_an_account_without_an_admin_key_is_settled_by_reconcile(account):
+    line = notices.held_open("a1", "work", 12_345_000, "stream_closed", automatic=notices.settles_automatically(account))
     assert line == (
         "Warning: attempt a1 keeps $0.012345 open on account 'work' (stream_closed); "
         "settle it with 'llm accounts reconcile a1 --cost USD --source REF' once the provider's usage shows what it cost"
