@@ -200,3 +200,14 @@ def test_two_or_more_open_attempts_in_touching_minutes_never_settle(at, usage):
         ids = {a.id for a in members}
         mine = [v for v in verdicts if v.attempt_id in ids]
         assert all(isinstance(v, pu.Keep) for v in mine) or len(members) == 1
+
+
+def test_open_attempts_an_hour_apart_are_read_as_separate_windows_with_a_margin():
+    from llm_accounts.provider_pass import MARGIN, windows
+
+    at = [T0, T0 + dt.timedelta(minutes=50), T0 + dt.timedelta(minutes=200)]
+    got = windows([{"created_at": t.isoformat()} for t in at])
+    assert got == [
+        (minute(T0 - MARGIN), minute(at[1] + MARGIN) + pu.MINUTE),
+        (minute(at[2] - MARGIN), minute(at[2] + MARGIN) + pu.MINUTE),
+    ]
