@@ -873,6 +873,13 @@ def status(json_):
         click.echo("\n" + _warm_line(warmth))
     first = lines[0]
     click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+    # The usage-report pass that runs after prompts says nothing in a prompt; its failure is said here.
+    if any(account.admin_key_env for account in declared):
+        from . import provider_pass
+
+        note = provider_pass.status_note(provider_pass.load_state())
+        if note:
+            click.echo(note)
 
 
 def _warm_json(warmth):

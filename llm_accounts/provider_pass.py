@@ -273,6 +273,19 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
         log.debug("automatic provider pass failed (%s)", type(error).__name__)
 
 
+def status_note(state):
+    """What ``llm accounts status`` says about the automatic pass: its last failure, if the latest
+    pass failed, else None (a failure is otherwise silent: the pass never speaks in a prompt)."""
+    failed, error = _time(state.get("failed_at")), state.get("error")
+    if failed is None or not isinstance(error, str) or not error.isidentifier():
+        return None
+    when = failed.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"The automatic provider pass failed ({error}) at {when}; open attempts wait for the next one "
+        "or for 'llm accounts reconcile --from-provider', which says why"
+    )
+
+
 def wait_for_background(timeout=None):
     thread = _background
     if thread is not None:

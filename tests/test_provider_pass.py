@@ -239,6 +239,10 @@ def test_the_automatic_pass_never_runs_the_secret_lookup_command(org, ledger_pat
     state = provider_pass.load_state()
     assert (state["error"], state["failed_at"]) == ("credential_missing", clock.isoformat(fake_clock.now()))
     assert rows(ledger_path)[0]["state"] == "open"
+    assert (
+        "The automatic provider pass failed (credential_missing) at 2027-01-01 00:06 UTC; open attempts wait for the next one "
+        "or for 'llm accounts reconcile --from-provider', which says why"
+    ) in llm_cli("accounts", "status").output
     # A failed pass waits RETRY_AFTER before the next one.
     fake_clock.advance(minutes=3)
     assert provider_pass.settle_in_background(load_declaration()) is None
