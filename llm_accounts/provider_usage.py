@@ -34,6 +34,7 @@ A settlement names its source: ``usage_report:messages:<first minute>[..<last mi
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 
 from . import pricing
@@ -279,11 +280,16 @@ def _decide_span(first, last, span, model, report, covered, key_id, now, price):
 
 def price_with_revision(usage, model, revision_id):
     """``pricing.settlement_cost`` at the attempt's own price revision (None if it is unknown)."""
+    revision = _revision(revision_id)
+    return None if revision is None else pricing.settlement_cost(usage, model, None, revision)
+
+
+@functools.lru_cache(maxsize=8)
+def _revision(revision_id):
     try:
-        revision = pricing.load_revision(revision_id) if revision_id else pricing.current_revision()
-    except Exception:
+        return pricing.load_revision(revision_id) if revision_id else pricing.current_revision()
+    except Exception:  # a revision this version does not ship: the attempt stays open (unpriced)
         return None
-    return pricing.settlement_cost(usage, model, None, revision)
 
 
 def report_minutes(page_data, key_id, revision=None):

@@ -211,3 +211,12 @@ def test_open_attempts_an_hour_apart_are_read_as_separate_windows_with_a_margin(
         (minute(T0 - MARGIN), minute(at[1] + MARGIN) + pu.MINUTE),
         (minute(at[2] - MARGIN), minute(at[2] + MARGIN) + pu.MINUTE),
     ]
+
+
+def test_an_attempt_quoted_under_a_revision_this_version_does_not_ship_stays_open_unpriced():
+    mine = pu.Attempt("a", "work", T0, HAIKU, "open", None, None, CEILING, None, "anthropic-1999-01-01")
+    verdicts = pu.decide([mine], {(minute(T0), HAIKU): U1}, covered_around(T0), key_id=KEY, now=LATER, price=pu.price_with_revision)
+    assert one(verdicts).reason == "unpriced"
+    shipped = pu.Attempt("b", "work", T0, HAIKU, "open", None, None, CEILING, None, current_revision().id)
+    verdicts = pu.decide([shipped], {(minute(T0), HAIKU): U1}, covered_around(T0), key_id=KEY, now=LATER, price=pu.price_with_revision)
+    assert one(verdicts).cost_nusd == price(U1.as_message_usage(), HAIKU, None)
