@@ -57,7 +57,9 @@ SUCCESS_REFRESH = dt.timedelta(minutes=10)
 
 #: The routed error code a cooling account refuses a bound conversation with.
 COOLING_CODES = {
-    "quota_exhausted": "budget_exhausted",
+    # Out of credit at the provider is the provider's refusal, remembered: not our ledger's budget
+    # (docs/architecture.md "Quota exhaustion").
+    "quota_exhausted": "request_rejected",
     "rate_limited": "rate_limited",
     "provider_outage": "provider_error",
     "model_unavailable": "request_rejected",

@@ -734,8 +734,10 @@ class Ledger:
         if row["outcome"] is None or (row["failure_class"] is None and evidence.failure_class is not None):
             conn.execute(
                 """UPDATE attempt SET outcome = COALESCE(outcome, ?), failure_class = COALESCE(failure_class, ?),
-                   http_status = COALESCE(http_status, ?) WHERE id = ?""",
-                (evidence.outcome, evidence.failure_class, evidence.http_status, row["id"]),
+                   http_status = COALESCE(http_status, ?), provider_error_type = COALESCE(provider_error_type, ?),
+                   rejection_class = COALESCE(rejection_class, ?) WHERE id = ?""",
+                (evidence.outcome, evidence.failure_class, evidence.http_status, evidence.provider_error_type,
+                 evidence.rejection_class, row["id"]),
             )
         if evidence.outcome not in CALLER_OUTCOMES:
             _clear_warm(conn, provider, name)

@@ -116,6 +116,17 @@ def when(t):
     return t.strftime("%Y-%m-%d %H:%M UTC" if t.second == 0 and t.microsecond == 0 else "%Y-%m-%d %H:%M:%S UTC")
 
 
+def out_of_credit(name, until=None):
+    """The one story of an account the provider says is out of credit (docs/architecture.md "Quota
+    exhaustion"), told alike by the attempt that found it and by every prompt refused while it
+    cools: not our ledger's budget (``budget_exhausted``), the provider's credit."""
+    skipped = f"until {when(until)}" if until is not None else f"for {health.DWELL['quota_exhausted'].seconds // 60} minutes"
+    return (
+        f"account '{name}' is out of credit at the provider (quota_exhausted): prompts skip it {skipped}, then one "
+        f"prompt tries it again; after adding credit, clear it at once with: llm accounts unblock {name}"
+    )
+
+
 def over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
     """The one-line budget_exhausted message: spend, the limit, what this attempt needs, the reset."""
     month = clock.credit_month(now)
@@ -303,6 +314,12 @@ def verdict(
         )
     if gate == "cooling":
         h = f.record
+        if h.failure_class == "quota_exhausted" and not f.probe_taken:
+            return v.refuse(
+                health.COOLING_CODES["quota_exhausted"],
+                out_of_credit(name, h.cooldown_until),
+                f"out of credit at the provider until {h.cooldown_until:%H:%M} UTC",
+            )
         if f.probe_taken:
             until, reason = "its one probe attempt is in flight; wait for its outcome", "a probe attempt is in flight"
         else:
@@ -310,7 +327,7 @@ def verdict(
             reason = f"cooling down after {h.failure_class} until {h.cooldown_until:%H:%M} UTC"
         if h.failure_class == "quota_exhausted":
             until += f"; after adding credit, clear it with: llm accounts unblock {name}"
-        elif not f.probe_taken and h.failure_class in health.GROWING:
+        if not f.probe_taken and h.failure_class in health.GROWING:
             v.retry_at = h.cooldown_until
         return v.refuse(
             health.COOLING_CODES.get(h.failure_class, "provider_error"), f"account '{name}' is failing ({h.failure_class}); {until}", reason

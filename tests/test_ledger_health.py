@@ -312,3 +312,20 @@ def test_a_warm_row_with_an_unreadable_expiry_counts_as_absent(ledger, work, hom
     ledger._conn.execute("UPDATE warm_prefix SET expires_at = '2026-11-10T13:00:00'")  # no offset
     ledger.reserve(conv("busy"), "b1", quote(NANO // 4), [work], now=T0)
     assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(1)).account == "home"
+
+
+# Out of credit at the provider: one story, never our ledger's budget (architecture.md "Quota exhaustion")
+
+OUT_OF_CREDIT = Refused("request_rejected", 400, "invalid_request_error", "credit_balance_too_low", "quota_exhausted")
+
+
+def test_an_account_out_of_credit_refuses_later_prompts_saying_so_not_budget_exhausted(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.settle("a1", OUT_OF_CREDIT, now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(60))
+    assert caught.value.code == "request_rejected"
+    message = caught.value.message
+    assert "out of credit at the provider (quota_exhausted)" in message
+    assert "until 2026-11-10 13:00 UTC" in message
+    assert "llm accounts unblock work" in message
