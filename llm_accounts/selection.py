@@ -8,6 +8,10 @@ The ledger builds one ``Candidate`` per account that may take the attempt (decla
 not cooling, serves the model, has room) and binds the first of ``order(...)``. Order, first key
 first (docs/architecture.md "Selection"):
 
+0. healthy first: an account whose cooldown is over but whose half-open probe has not gone out
+   comes after every healthy one. It failed, so it spent nothing and looks the least used; without
+   this key every new conversation would be its probe (docs/architecture.md "Failure classes and
+   health");
 1. ``rank`` ascending: the owner's ladder, lower ranks preferred;
 2. warm first: the account holds an unexpired ``warm_prefix`` row for the request's stable-prefix
    certificate and stays within the 90% bound with this attempt (docs/architecture.md "Warm prefixes");
@@ -35,6 +39,7 @@ class Candidate:
     weight: int = 1
     open_scopes: int = 0
     warm: bool = False
+    probe: bool = False  # admitted only as the half-open probe of a failing account
 
 
 def _sign(x):
@@ -48,7 +53,8 @@ def compare_utilization(a, b):
 
 def compare(a, b):
     return (
-        _sign(a.rank - b.rank)
+        _sign(int(a.probe) - int(b.probe))
+        or _sign(a.rank - b.rank)
         or _sign(int(b.warm) - int(a.warm))
         or compare_utilization(a, b)
         or _sign(a.open_scopes - b.open_scopes)
@@ -57,8 +63,8 @@ def compare(a, b):
 
 
 def tied_before_scopes(a, b):
-    """Whether rank, warmth and utilization leave ``a`` and ``b`` level (the scope count decides)."""
-    return a.rank == b.rank and a.warm == b.warm and compare_utilization(a, b) == 0
+    """Whether health, rank, warmth and utilization leave ``a`` and ``b`` level (the scope count decides)."""
+    return a.probe == b.probe and a.rank == b.rank and a.warm == b.warm and compare_utilization(a, b) == 0
 
 
 def order(candidates):
@@ -241,6 +247,7 @@ def candidate(verdict, warm=False):
         rank=verdict.account.rank,
         weight=verdict.account.weight,
         warm=warm,
+        probe=verdict.probe,
     )
 
 

@@ -329,3 +329,32 @@ def test_an_account_out_of_credit_refuses_later_prompts_saying_so_not_budget_exh
     assert "out of credit at the provider (quota_exhausted)" in message
     assert "until 2026-11-10 13:00 UTC" in message
     assert "llm accounts unblock work" in message
+
+
+# The half-open probe goes out only when no healthy account can take the prompt (architecture.md
+# "Failure classes and health")
+
+OUTAGE = Unknown("provider_error", "provider_outage", 500)
+
+
+def test_a_new_conversation_prefers_a_healthy_account_to_one_whose_cooldown_ended(ledger, work, home):
+    ledger.reserve(conv("busy"), "b1", quote(NANO // 2), [home], now=T0)  # home is further ahead of pace
+    ledger.reserve(conv("c1"), "f1", quote(), [work], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("home", False)
+
+
+def test_the_probe_goes_to_a_new_conversation_when_no_healthy_account_can_take_it(ledger, work, home):
+    ledger.reserve(conv("busy"), "b1", quote(NANO - NANO // 200), [home], now=T0)  # home has no room left
+    ledger.reserve(conv("c1"), "f1", quote(), [work], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("work", True)
+
+
+def test_a_bound_conversation_still_sends_the_probe_to_its_own_account(ledger, work, home):
+    ledger.reserve(conv("c1"), "f1", quote(), [work, home], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c1"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("work", True)
