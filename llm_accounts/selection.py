@@ -167,8 +167,12 @@ class Facts:
     day_settled_nusd: int = 0
     day_open_nusd: int = 0
     adjusted_nusd: int = 0
+    removed_at: str | None = None
     record: health.Health | None = None
     probe_taken: bool = False
+    # This machine's row for the host classes (transport): docs/architecture.md "Failure classes and health"
+    host_record: health.Health | None = None
+    host_probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
 
@@ -235,6 +239,15 @@ def period_conflict(account, facts, others, now):
         f"key_env {account.key_env} already holds account '{holder}''s budget for credit period {month}, "
         f"and a key has one budget a period, so account '{name}' cannot start another; use the name '{holder}' "
         f"until the period ends at {ends}, or give account '{name}' its own key"
+    )
+
+
+def gated(facts, now):
+    """``(gate, health record, probe_taken)`` of the row that restricts this account most: its
+    own or this machine's (``health.worse``)."""
+    return health.worse(
+        (health.gate(facts.record, now, facts.probe_taken), facts.record, facts.probe_taken),
+        (health.gate(facts.host_record, now, facts.host_probe_taken), facts.host_record, facts.host_probe_taken),
     )
 
 
@@ -312,7 +325,7 @@ def verdict(
     conflict = period_conflict(account, f, others, now)
     if conflict is not None:
         return v.refuse("account_config_conflict", conflict, "declaration conflicts with this credit period's budget")
-    gate = health.gate(f.record, now, f.probe_taken)
+    gate, h, probe_taken = gated(f, now)
     if gate == "blocked":
         return v.refuse(
             "auth_failed",
@@ -320,24 +333,26 @@ def verdict(
             "blocked (auth_failed)",
         )
     if gate == "cooling":
-        h = f.record
-        if h.failure_class == "quota_exhausted" and not f.probe_taken:
+        here = " from this machine" if h is f.host_record else ""
+        if h.failure_class == "quota_exhausted" and not probe_taken:
             return v.refuse(
                 health.COOLING_CODES["quota_exhausted"],
                 out_of_credit(name, h.cooldown_until),
                 f"out of credit at the provider until {h.cooldown_until:%H:%M} UTC",
             )
-        if f.probe_taken:
+        if probe_taken:
             until, reason = "its one probe attempt is in flight; wait for its outcome", "a probe attempt is in flight"
         else:
             until = f"cooling until {when(h.cooldown_until)}, then one probe attempt is let through"
-            reason = f"cooling down after {h.failure_class} until {h.cooldown_until:%H:%M} UTC"
+            reason = f"cooling down after {h.failure_class}{here} until {h.cooldown_until:%H:%M} UTC"
         if h.failure_class == "quota_exhausted":
             until += f"; after adding credit, clear it with: llm accounts unblock {name}"
-        if not f.probe_taken and h.failure_class in health.GROWING:
+        if not probe_taken and h.failure_class in health.GROWING:
             v.retry_at = h.cooldown_until
         return v.refuse(
-            health.COOLING_CODES.get(h.failure_class, "provider_error"), f"account '{name}' is failing ({h.failure_class}); {until}", reason
+            health.COOLING_CODES.get(h.failure_class, "provider_error"),
+            f"account '{name}' is failing ({h.failure_class}){here}; {until}",
+            reason,
         )
     if health.model_cooling(f.model_record, now):
         until = f.model_record.cooldown_until
