@@ -836,7 +836,7 @@ def test_twelve_accounts_get_twelve_colours():
     accounts = [
         dict(provider="anthropic", name=f"a{index:02d}", rank=0, block_reason=None, removed_at=None, state=None,
              failure_class=None, http_status=None, since=None, last_failure_at=None, cooldown_until=None,
-             probe_attempt_id=None, probe_state=None, probe_created_at=None, last_success_at=None)
+             probe_attempt_id=None, probe_created_at=None, last_success_at=None)
         for index in range(12)
     ]
     summaries = dashboard.summarize(accounts, [], [], [], [], month="2026-11", day="2026-11-05", now=NOW)
