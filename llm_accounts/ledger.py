@@ -1190,7 +1190,6 @@ class Ledger:
             day_settled, day_open = self._day_totals(conn, provider, f, day)
             # The row that restricts the account most, its own or this machine's (transport).
             _, h, probe_taken = selection.gated(f, now)
-            h = h or f.record
             conflict = bool(
                 account is not None and f.month_row
                 and (f.budget_nusd, f.month_key_env) != (account.budget_nusd, account.key_env)
@@ -1216,7 +1215,7 @@ class Ledger:
                     today_open_nusd=day_open,
                     today_remaining_nusd=None if daily is None else daily - day_settled - day_open,
                     day_resets_at=clock.isoformat(clock.next_day_start(now)),
-                    health=health.view(h, now, probe_taken if h is not f.record else f.probe_taken),
+                    health=health.view(h, now, probe_taken),
                     failure_class=None if h is None else h.failure_class,
                     http_status=None if h is None else h.http_status,
                     cooldown_until=None if h is None else _iso(h.cooldown_until),
