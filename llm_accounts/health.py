@@ -123,6 +123,15 @@ def was_probe(health, admitted_at):
     return since is not None and admitted_at is not None and admitted_at >= since
 
 
+def shared(health):
+    """An account's shared row as admission reads it: a dwell of a host class there (written by
+    an older build, or one still running in the fleet) is ignored, since that class belongs to the
+    machine that saw it (``HOST_CLASSES``)."""
+    if health is not None and health.state == "failing" and health.failure_class in HOST_CLASSES:
+        return None
+    return health
+
+
 _GATE_ORDER = ("open", "probe", "cooling", "blocked")
 
 

@@ -245,8 +245,9 @@ def period_conflict(account, facts, others, now):
 def gated(facts, now):
     """``(gate, health record, probe_taken)`` of the row that restricts this account most: its
     own or this machine's (``health.worse``)."""
+    record = health.shared(facts.record)
     return health.worse(
-        (health.gate(facts.record, now, facts.probe_taken), facts.record, facts.probe_taken),
+        (health.gate(record, now, facts.probe_taken), record, facts.probe_taken),
         (health.gate(facts.host_record, now, facts.host_probe_taken), facts.host_record, facts.host_probe_taken),
     )
 

@@ -186,3 +186,10 @@ def test_every_cooling_class_refuses_with_a_routed_error_code():
 
     assert set(health.COOLING_CODES) == set(health.HEALTH_CLASSES)
     assert set(health.COOLING_CODES.values()) <= CODES
+
+
+def test_a_transport_dwell_on_the_shared_row_is_ignored():
+    # An older build wrote transport to the account's row; it belongs to one machine's row now.
+    older = Health(state="failing", failure_class="transport", since=T0, last_failure_at=T0, cooldown_until=T0 + seconds(30))
+    assert health.shared(older) is None
+    assert health.shared(failing()) == failing()
