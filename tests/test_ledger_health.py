@@ -466,3 +466,16 @@ def test_mark_removed_sets_removed_at_once_and_the_next_admission_clears_it(ledg
     assert row[0] == later(1).isoformat()
     ledger.reserve(conv("c2"), "a2", quote(), [work], now=later(3))
     assert ledger._conn.execute("SELECT removed_at FROM account WHERE name = 'work'").fetchone()[0] is None
+
+
+def test_this_host_is_the_host_name_or_a_digest_of_an_unusual_one(monkeypatch):
+    import socket
+
+    from llm_accounts.ledger import this_host
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "build-7.example")
+    assert this_host() == "build-7.example"
+    for odd in ("my laptop", "sk-ant-api03-looks-like-a-key", "x" * 100, ""):
+        monkeypatch.setattr(socket, "gethostname", lambda: odd)
+        named = this_host()
+        assert named.startswith("host-") and len(named) == 21 and (not odd or odd not in named)
