@@ -1,7 +1,9 @@
 """Budget held by unknown outcomes, before and after the automatic provider pass, measured in one
 run (docs/architecture.md "Settling from the provider").
 
-    .venv/bin/python bench/daily_provider.py [--interrupted 20] [--spacing 90] [--dense 20]
+    .venv/bin/python bench/daily_provider.py [--interrupted 20] [--spacing 90] [--dense 20] 2>/dev/null
+
+(Each interrupted prompt prints its held-open line on standard error, as it would for a user.)
 
 On the loopback stand-in, with a clock this script moves: ``--interrupted`` routed prompts whose
 consumer stops after the first chunk (each leaves its attempt open at its whole ceiling), one every
