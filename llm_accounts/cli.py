@@ -358,7 +358,7 @@ def _warn_if_overridden():
     "(ci-bot=2000000tokens); repeatable, and one of each gives a client both caps",
 )
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
-@click.option("--replace", is_flag=True, help="Change an existing account of this name")
+@click.option("--replace", is_flag=True, help="Declare an existing account of this name anew (settings not given return to their defaults)")
 def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, replace):
     """Declare an account in accounts.json in the llm user directory.
 
@@ -368,6 +368,10 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
     what that client may spend on this account each credit period, in dollars (LABEL=USD) or
     in billed tokens (LABEL=<N>tokens: input, cache writes, cache reads and output), or both.
+
+    --replace declares an existing account anew: a setting it is not given returns to its
+    default, and it says which ones changed. To change some settings and keep the rest, use
+    'llm accounts set'.
 
     The first attempt of a credit period fixes the account's monthly budget and key_env until
     the period ends, so --replace with another --budget is refused while this period holds a
@@ -403,6 +407,84 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
         f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
+    if replaced is not None:
+        _echo_changes(replaced, account)
+        click.echo("  (--replace returns every setting not given to its default; 'llm accounts set' changes only the ones given)")
+    _warn_if_overridden()
+
+
+def _echo_changes(old, new):
+    from .declarations import describe_changes
+
+    for field, before, after in describe_changes(old, new):
+        click.echo(f"  {field}: {before} -> {after}")
+
+
+@accounts.command(name="set")
+@click.argument("name")
+@click.option("--budget", metavar="USD", help="Monthly budget in US dollars (fixed for a credit period once it is spent from)")
+@click.option("--daily-budget", metavar="USD", help="Daily (UTC) budget in US dollars")
+@click.option("--rank", metavar="N", help="Preference tier, 0 or more; lower is tried first")
+@click.option("--weight", metavar="N", help="Share among accounts of the same rank, 1 or more")
+@click.option("models", "--model", multiple=True, metavar="ID", help="A model this account may serve (repeatable; replaces the list)")
+@click.option(
+    "client_caps",
+    "--client-cap",
+    multiple=True,
+    metavar="LABEL=USD|LABEL=<N>tokens",
+    help="Set one client's dollar or token cap, keeping its other cap and other clients' (repeatable)",
+)
+@click.option("remove_clients", "--remove-client", multiple=True, metavar="LABEL", help="Remove a client's caps (repeatable)")
+@click.option(
+    "--clients-only/--all-clients",
+    default=None,
+    help="Serve only the clients with a cap, or every client",
+)
+@click.option(
+    "clear",
+    "--clear",
+    multiple=True,
+    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps"]),
+    help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps (repeatable)",
+)
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, clear):
+    """Change some settings of a declared account in accounts.json and keep the others.
+
+    Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
+    (declare a new account for another key). The monthly budget is fixed once a credit period
+    has spent from it, so another --budget is refused until the period ends; the daily budget,
+    rank, weight, models and client caps may change at any time.
+
+    \b
+    Example:
+        llm accounts set work --daily-budget 5.00 --rank 1
+        llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
+        llm accounts set work --clear daily-budget --clear models
+    """
+    from .declarations import changed_settings, set_account
+    from .errors import AccountsError
+
+    given = (budget, daily_budget, rank, weight, clients_only)
+    if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
+        fail(AccountsError(
+            "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
+        ))
+
+    def change(account):
+        return changed_settings(
+            account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
+            client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only, clear=clear,
+        )
+
+    try:
+        path, old, new = set_account(name, change, check=_check_against_ledger)
+    except AccountsError as error:
+        fail(error)
+    if new == old:
+        click.echo(f"Account {new.name} is unchanged: its settings already are these ({path})")
+    else:
+        click.echo(f"Changed account {new.name} in {path}:")
+        _echo_changes(old, new)
     _warn_if_overridden()
 
 
