@@ -198,7 +198,10 @@ def browse(port, open_browser):
     from .paths import ledger_path
 
     if not browsing.datasette_installed():
-        fail("Datasette is not installed: run 'llm install datasette' (or pip install 'llm-accounts[datasette]')")
+        fail(
+            "Datasette is not installed in llm's environment: run 'llm install datasette' "
+            "(or, in the llm-accounts checkout, llm install -e '.[datasette]')"
+        )
     try:
         status = browsing.browse(ledger_path(), port=port, open_browser=open_browser, echo=click.echo)
     except AccountsError as error:
