@@ -137,8 +137,9 @@ def standin(port, config_path, host):
 
     Without --config it serves the built-in demo configuration: two keys, labels alpha and beta,
     behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
-    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed), ready for 'llm accounts add alpha
-    --key-env STANDIN_ALPHA_KEY --budget 5.00'.
+    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed) once it listens, ready for 'llm
+    accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00' (a budget above the default
+    model's $7.92 ceiling). A stand-in that cannot listen leaves the stored keys alone.
 
     Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
     key without it wherever it appears in a reply, which garbles text when the key begins with
@@ -147,34 +148,49 @@ def standin(port, config_path, host):
     \b
     Example:
         llm accounts standin --port 8765
+        llm accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00
         LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:8765 llm -m claude-routed "hi"
         llm accounts standin --port 8765 --config standin.json
     """
-    from .standin import ConfigError, is_loopback, load_config, serve
+    import errno
+
+    from .errors import AccountsError
+    from .standin import ConfigError, StandIn, is_loopback, load_config, serve
 
     if not is_loopback(host):
         fail("--host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
-    described = None
-    if config_path is None:
+    demo = config_path is None
+    if demo:
         from .standin import demo_config
 
-        config, described = demo_config()
+        config = demo_config()
     else:
         try:
             config = load_config(config_path)
         except ConfigError as error:
             fail(error)
 
-    def ready(base_url):
-        click.echo(base_url)
-        if described:
-            click.echo(described, err=True)
-        click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
-
     try:
-        serve(config, host, port, on_ready=ready)
+        server = StandIn(config, host, port)
     except OSError as error:
-        fail(f"--port: cannot listen on {host}:{port} ({error.strerror or 'address unavailable'})")
+        where = f"--port: {host}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            kept = "; the stored demo keys were left as they are" if demo else ""
+            fail(AccountsError(
+                "declaration_invalid",
+                f"{where} is already in use (another stand-in may be serving there: use its URL, or choose another "
+                f"--port; 0 picks a free one){kept}",
+            ))
+        fail(AccountsError("declaration_invalid", f"{where}: cannot listen there ({error.strerror or 'address unavailable'})"))
+    if demo:
+        from .standin.demo import description, store_demo_keys
+
+        store_demo_keys(config)  # only now that the port is ours: a taken one changes nothing
+    click.echo(server.base_url)
+    if demo:
+        click.echo(description(server.base_url), err=True)
+    click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
+    serve(server)
 
 
 @accounts.command()
