@@ -14,7 +14,7 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, clock, keys, pricing
+from . import catalog, classify, clock, keys, pricing, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -274,7 +274,7 @@ class RoutedCall:
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
-            f"account '{attempt.account}' could not be reached ({failure.kind}, failure class transport); "
+            f"account '{attempt.account}' could not be reached {transport.where()} ({failure.kind}, failure class transport); "
             f"{fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
@@ -362,7 +362,8 @@ class UnroutedCall:
 
     def transport_failed(self, attempt, failure):
         return AccountsError(
-            "transport_error", f"Anthropic could not be reached ({failure.kind}) (unrouted: no accounts declared)"
+            "transport_error",
+            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared)",
         )
 
     def completed(self, attempt, message, request_id=None):
