@@ -244,9 +244,19 @@ class RoutedCall:
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
         )
         fate = "nothing was billed" if documented else "the attempt stays open with its ceiling until reconciled"
+        if failure == "auth":
+            # The ledger blocked the account in that settlement (docs/architecture.md "Failure classes
+            # and health"): say so, and what ends the block.
+            key_env = self._account(attempt.account).key_env
+            fate += (
+                f" (attempt {attempt.id}); the account is now blocked: check its key ({key_env}), "
+                f"then run: llm accounts unblock {attempt.account}"
+            )
+        else:
+            fate += f" (attempt {attempt.id})"
         error = AccountsError(
             classify.error_code_for(outcome),
-            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id})",
+            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate}",
             account=attempt.account,
             attempt_id=attempt.id,
             http_status=status,
