@@ -214,10 +214,7 @@ def browse(port, open_browser):
     from .paths import ledger_path
 
     if not browsing.datasette_installed():
-        fail(
-            "Datasette is not installed in llm's environment: run 'llm install datasette' "
-            "(or, in the llm-accounts checkout, llm install -e '.[datasette]')"
-        )
+        fail(browsing.NOT_INSTALLED)
     try:
         status = browsing.browse(ledger_path(), port=port, open_browser=open_browser, echo=click.echo)
     except AccountsError as error:
