@@ -135,9 +135,9 @@ def checkout(tmp_path):
     return root, log
 
 
-def run_script(root, *args):
+def run_script(root, *args, cwd=None):
     return subprocess.run(
-        ["bash", str(root / "scripts" / "demo"), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL
+        ["bash", str(root / "scripts" / "demo"), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=cwd
     )
 
 
@@ -157,5 +157,14 @@ def test_scripts_demo_browse_installs_datasette_too(checkout):
     result = run_script(root, "--browse")
     assert result.returncode == 0, result.stderr
     [pip] = [line for line in log.read_text().splitlines() if "-m pip install" in line]
-    assert pip.endswith("-e .[datasette]")
+    assert pip.endswith(f"-e {root}[datasette]")
     assert log.read_text().splitlines()[-1] == "llm accounts demo --browse"
+
+
+def test_scripts_demo_runs_the_demo_where_it_was_started(checkout, tmp_path):
+    """So the paths the demo prints (such as .venv/bin/llm) are right from the user's directory."""
+    root, log = checkout
+    (root / "installed").touch()
+    (root / ".venv" / "bin" / "llm").write_text(f'#!/bin/sh\npwd >> "{log}"\n')
+    assert run_script(root, cwd=tmp_path).returncode == 0
+    assert log.read_text().splitlines()[-1] == str(tmp_path)
