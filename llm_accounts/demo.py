@@ -21,10 +21,12 @@ import tempfile
 import click
 
 from .money import usd_fine
+from .paths import write_private_json
 
 # name, key_env, monthly budget
 DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.50"))
 DEMO_MODEL = "claude-routed/claude-haiku-4-5"
+KEPT_PORT = 8765  # where --keep suggests serving the demo's keys again
 
 
 def _demo_key():
@@ -156,11 +158,18 @@ def run_demo(keep=False, browse=False):
                 pass
     finally:
         if keep:
+            # The demo accounts name DEMO_*_KEY, which only a stand-in serving these keys accepts
+            # (a plain 'llm accounts standin' makes keys of its own, and a 401 would block them).
+            standin_config = os.path.join(workdir, "standin.json")
+            write_private_json(standin_config, config)
             click.echo(
                 f"\nKept {workdir}. To look around:\n"
                 f"  export LLM_USER_PATH={shlex.quote(user_dir)} LLM_ACCOUNTS_LEDGER={shlex.quote(os.path.join(workdir, 'ledger.db'))}\n"
                 f"  {llm_cmd} accounts status; {llm_cmd} logs -n 3; {llm_cmd} accounts browse --open\n"
-                "(the stand-in is gone, so new prompts would need a real account or 'llm accounts standin')"
+                "To prompt the demo accounts again, serve their keys in another terminal, then point llm at it:\n"
+                f"  {llm_cmd} accounts standin --port {KEPT_PORT} --config {shlex.quote(standin_config)}\n"
+                f"  export LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:{KEPT_PORT}\n"
+                f"  {llm_cmd} -m {DEMO_MODEL} 'Hello again'"
             )
         else:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -3,6 +3,7 @@
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -168,3 +169,33 @@ def test_scripts_demo_runs_the_demo_where_it_was_started(checkout, tmp_path):
     (root / ".venv" / "bin" / "llm").write_text(f'#!/bin/sh\npwd >> "{log}"\n')
     assert run_script(root, cwd=tmp_path).returncode == 0
     assert log.read_text().splitlines()[-1] == str(tmp_path)
+
+
+def test_kept_demo_accounts_can_be_prompted_again_as_printed(tmp_path):
+    """--keep says how to serve the demo's own keys again: a plain stand-in makes other keys, and
+    their 401 would block the demo accounts."""
+    result = CliRunner().invoke(cli, ["accounts", "demo", "--keep"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    kept = re.search(r"^Kept (\S+)\. To look around:", result.output, re.M).group(1)
+    try:
+        lines = [line.strip() for line in result.output.split("To look around:")[1].splitlines() if line.startswith("  ")]
+        look, _, serve, point, prompt = lines
+        with socket.socket() as probe:  # the printed port may be taken on a shared machine
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        serve, point = (line.replace(":8765", f":{port}").replace("--port 8765", f"--port {port}") for line in (serve, point))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_", "LLM_USER"))}
+        server = subprocess.Popen(["bash", "-c", "exec " + serve], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == f"http://127.0.0.1:{port}"
+            again = subprocess.run(
+                ["bash", "-e", "-c", "\n".join((look, point, prompt))],
+                env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+        assert again.returncode == 0, again.stderr
+        assert "Stand-in reply to: Hello again" in again.stdout
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)
