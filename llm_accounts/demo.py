@@ -2,9 +2,10 @@
 no network and no real key.
 
 It makes a throwaway llm user directory, starts the Messages API stand-in with three demo
-accounts whose keys are random ``sk-ant-`` strings stored only in that directory's llm key store,
-then runs real ``llm`` commands against it, printing each as a user would type it. The stand-in
-runs in this process, so the demo can make one account answer a 429 when it needs to.
+accounts whose keys are random ``sk-ant-`` strings stored only in that directory (its llm key
+store and, with ``--keep``, a stand-in configuration to serve them again, both 0600), then runs
+real ``llm`` commands against it, printing each as a user would type it. The stand-in runs in
+this process, so the demo can make one account answer a 429 when it needs to.
 """
 
 import json
