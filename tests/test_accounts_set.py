@@ -55,7 +55,7 @@ def test_set_changes_only_the_settings_it_is_given(shared, user_path):
 def test_set_prints_each_change_old_to_new(shared):
     result = run("set", "shared", "--daily-budget", "6.50", "--rank", "0")
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = result.stdout.splitlines()  # stderr warns of limits below a ceiling (docs/errors.md "Warnings")
     assert lines[0].startswith("Changed account shared in ")
     assert lines[1:] == ["  daily_budget_usd: $4.00 -> $6.50", "  rank: 1 -> 0"]
 
@@ -203,3 +203,10 @@ def test_add_replace_says_which_settings_it_returned_to_their_defaults(shared, u
     assert "  clients_only: true -> false" in lines
     assert "  clients.alice@example.com.budget_usd: $20.00 -> none" in lines
     assert any("llm accounts set" in line for line in lines)
+
+
+def test_set_warns_when_a_limit_it_sets_is_below_the_default_models_ceiling(user_path):
+    run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00")
+    result = run("set", "work", "--daily-budget", "2.50")
+    assert result.exit_code == 0, result.output
+    assert "Warning: account 'work': its daily budget of $2.50 is below the $7.92 ceiling" in result.stderr
