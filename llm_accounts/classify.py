@@ -178,6 +178,17 @@ def parse_error_body(raw):
     return UNREADABLE if info is None else info
 
 
+def stream_error_info(event):
+    """Classify a mid-stream ``error`` event (already decoded by the SSE reader) like an error
+    body: the same closed-set values, the same drop rule (docs/errors.md "Provider text is
+    dropped"). An event that is not an error object gives ``other`` for both fields."""
+    try:
+        info = _info(event)
+    except Exception:  # the drop rule: nothing from the event may escape, not even in an error
+        info = None
+    return UNREADABLE if info is None else info
+
+
 def _classify(raw):
     if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) > MAX_ERROR_BODY:
         return None
@@ -185,6 +196,10 @@ def _classify(raw):
         body = json.loads(bytes(raw))
     except (ValueError, RecursionError):
         return None
+    return _info(body)
+
+
+def _info(body):
     if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
         return None
     error = body["error"]
@@ -236,6 +251,15 @@ def failure_class(http_status, info, *, transport=False):
     if 500 <= http_status < 600:
         return "provider_outage"
     return "semantic"
+
+
+def stream_error_code(failure_class):
+    """The AccountsError code for a stream that ended with an ``error`` event of ``failure_class``:
+    the class's own code when it names the account's state (blocked, rate limited, out of
+    credit), else ``provider_error`` (docs/errors.md "From an answer to a code")."""
+    if failure_class in ("auth", "rate_limited", "quota_exhausted"):
+        return _ERROR_CODE_FOR[failure_class]
+    return "provider_error"
 
 
 def outcome_for_status(http_status):

@@ -543,7 +543,8 @@ def _check_against_ledger(account):
 def remove(name):
     """Remove an account from accounts.json.
 
-    Its ledger history is kept.
+    Its ledger history is kept, and the ledger marks it removed (the dashboard shows it so) until
+    it is declared and used again.
 
     \b
     Example:
@@ -557,7 +558,25 @@ def remove(name):
     except AccountsError as error:
         fail(error)
     click.echo(f"Removed account {name} ({path})")
+    _mark_removed(name)
     _warn_if_overridden()
+
+
+def _mark_removed(name):
+    """Set the ledger's ``account.removed_at`` (docs/architecture.md "Ledger"); a missing ledger
+    is not created for this, and a ledger that cannot be written leaves a warning, not a failure:
+    the declaration is already gone."""
+    from .errors import AccountsError
+    from .ledger import Ledger
+    from .paths import ledger_path
+
+    if not ledger_path().exists():
+        return
+    try:
+        with Ledger() as ledger:
+            ledger.mark_removed(name)
+    except AccountsError as error:
+        click.echo(f"Warning: {error} (the ledger does not mark account {name} removed)", err=True)
 
 
 def _source_text(declaration):

@@ -408,8 +408,8 @@ class _Exchange:
         model = validate(body, messages=True, version=self.version)
         betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
         units, points, total = check_prompt(body, model, betas, force=behaviour)
-        if behaviour == "stream_error" and not stream:
-            self._refuse_as("overloaded")
+        if behaviour in wire.STREAM_ERRORS and not stream:
+            self._refuse_as(wire.STREAM_ERRORS[behaviour][2])
         if behaviour == "drop" and not stream:
             self._drop()
             return
@@ -509,7 +509,7 @@ class _Exchange:
         self.handler.wfile.write(data)
 
     def _stream(self, model, message_id, reply, plan, behaviour, delay, total_input):
-        cut = STREAM_CUT_AFTER if behaviour in ("stream_error", "drop") else None
+        cut = STREAM_CUT_AFTER if behaviour in wire.STREAM_ERRORS or behaviour == "drop" else None
         self.entry["dropped"] = behaviour == "drop"  # set before the entry is logged
         events = wire.encode_events(wire.stream_events(model.id, message_id, reply, plan, stop_after=cut))
         self._start(200, {
@@ -525,7 +525,7 @@ class _Exchange:
         if behaviour == "drop":
             self._drop()
             return
-        if behaviour == "stream_error":
-            error = wire.sse("error", wire.STREAM_OVERLOADED)
+        if behaviour in wire.STREAM_ERRORS:
+            error = wire.stream_error_event(behaviour)
             write(b"%x\r\n%s\r\n" % (len(error), error))
         write(b"0\r\n\r\n")
