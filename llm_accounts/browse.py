@@ -67,6 +67,14 @@ def declared_keys(declaration, environ):
     return found
 
 
+# Said where Datasette is needed and missing: the commands that work from a checkout or a wheel
+# (llm-accounts itself is not on PyPI: README "Installation").
+NOT_INSTALLED = (
+    "Datasette is not installed in llm's environment: run 'llm install datasette' "
+    "(or, in the llm-accounts checkout, llm install -e '.[datasette]')"
+)
+
+
 def datasette_installed():
     return importlib.util.find_spec("datasette") is not None
 

@@ -49,6 +49,11 @@ _REJECTION_TABLE = (
 )
 REJECTION_CLASSES = tuple(name for name, _ in _REJECTION_TABLE)
 
+# How the provider's 404 about a model reads ("model: <id>", or "<model> is not available. ..."
+# for a model the organization may not use); a 404 for a path ("Not Found") reads otherwise.
+_MODEL_NOT_FOUND_PREFIX = "model: "
+_MODEL_NOT_AVAILABLE = " is not available"
+
 # Documented error.details.error_code values (the Anthropic SDK 2.14 error map), read like the
 # rejection class and never stored (docs/errors.md "Rejection classes").
 ERROR_CODES = (
@@ -139,6 +144,9 @@ class ErrorInfo:
     rejection_class: str
     error_code: str | None = None
     documented: bool = False
+    # A documented not_found_error whose message is about the model ("model: <id>", "... is not
+    # available"), not a path: only that 404 cools a model (docs/errors.md "From an answer to a code").
+    names_model: bool = False
 
 
 UNREADABLE = ErrorInfo(OTHER, OTHER, None, False)
@@ -200,12 +208,15 @@ def _info(body):
     message = error.get("message")
     details = error.get("details")
     code = details.get("error_code") if isinstance(details, dict) else None
+    documented = body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
     return ErrorInfo(
         provider_error_type=error_type,
         rejection_class=rejection_class_for(message),
         error_code=code if code in ERROR_CODES else None,
-        documented=(
-            body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
+        documented=documented,
+        names_model=(
+            documented and error_type == "not_found_error"
+            and (message.startswith(_MODEL_NOT_FOUND_PREFIX) or _MODEL_NOT_AVAILABLE in message)
         ),
     )
 
@@ -235,7 +246,7 @@ def failure_class(http_status, info, *, transport=False):
         return "rate_limited"
     if http_status in (401, 403):
         return "auth"
-    if http_status == 404 and info.provider_error_type == "not_found_error":
+    if http_status == 404 and info.names_model:
         return "model_unavailable"
     if 500 <= http_status < 600:
         return "provider_outage"

@@ -137,8 +137,9 @@ def standin(port, config_path, host):
 
     Without --config it serves the built-in demo configuration: two keys, labels alpha and beta,
     behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
-    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed), ready for 'llm accounts add alpha
-    --key-env STANDIN_ALPHA_KEY --budget 5.00'.
+    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed) once it listens, ready for 'llm
+    accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00' (a budget above the default
+    model's $7.92 ceiling). A stand-in that cannot listen leaves the stored keys alone.
 
     Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
     key without it wherever it appears in a reply, which garbles text when the key begins with
@@ -147,34 +148,49 @@ def standin(port, config_path, host):
     \b
     Example:
         llm accounts standin --port 8765
+        llm accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00
         LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:8765 llm -m claude-routed "hi"
         llm accounts standin --port 8765 --config standin.json
     """
-    from .standin import ConfigError, is_loopback, load_config, serve
+    import errno
+
+    from .errors import AccountsError
+    from .standin import ConfigError, StandIn, is_loopback, load_config, serve
 
     if not is_loopback(host):
         fail("--host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
-    described = None
-    if config_path is None:
+    demo = config_path is None
+    if demo:
         from .standin import demo_config
 
-        config, described = demo_config()
+        config = demo_config()
     else:
         try:
             config = load_config(config_path)
         except ConfigError as error:
             fail(error)
 
-    def ready(base_url):
-        click.echo(base_url)
-        if described:
-            click.echo(described, err=True)
-        click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
-
     try:
-        serve(config, host, port, on_ready=ready)
+        server = StandIn(config, host, port)
     except OSError as error:
-        fail(f"--port: cannot listen on {host}:{port} ({error.strerror or 'address unavailable'})")
+        where = f"--port: {host}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            kept = "; the stored demo keys were left as they are" if demo else ""
+            fail(AccountsError(
+                "declaration_invalid",
+                f"{where} is already in use (another stand-in may be serving there: use its URL, or choose another "
+                f"--port; 0 picks a free one){kept}",
+            ))
+        fail(AccountsError("declaration_invalid", f"{where}: cannot listen there ({error.strerror or 'address unavailable'})"))
+    if demo:
+        from .standin.demo import description, store_demo_keys
+
+        store_demo_keys(config)  # only now that the port is ours: a taken one changes nothing
+    click.echo(server.base_url)
+    if demo:
+        click.echo(description(server.base_url), err=True)
+    click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
+    serve(server)
 
 
 @accounts.command()
@@ -198,7 +214,7 @@ def browse(port, open_browser):
     from .paths import ledger_path
 
     if not browsing.datasette_installed():
-        fail("Datasette is not installed: run 'llm install datasette' (or pip install 'llm-accounts[datasette]')")
+        fail(browsing.NOT_INSTALLED)
     try:
         status = browsing.browse(ledger_path(), port=port, open_browser=open_browser, echo=click.echo)
     except AccountsError as error:
@@ -360,7 +376,7 @@ def _warn_if_overridden():
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
 @click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key, to settle unknown outcomes from its usage report")
 @click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...; an id, not a secret)")
-@click.option("--replace", is_flag=True, help="Change an existing account of this name")
+@click.option("--replace", is_flag=True, help="Declare an existing account of this name anew (settings not given return to their defaults)")
 def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, replace):
     """Declare an account in accounts.json in the llm user directory.
 
@@ -370,6 +386,10 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
     what that client may spend on this account each credit period, in dollars (LABEL=USD) or
     in billed tokens (LABEL=<N>tokens: input, cache writes, cache reads and output), or both.
+
+    --replace declares an existing account anew: a setting it is not given returns to its
+    default, and it says which ones changed. To change some settings and keep the rest, use
+    'llm accounts set'.
 
     The first attempt of a credit period fixes the account's monthly budget and key_env until
     the period ends, so --replace with another --budget is refused while this period holds a
@@ -412,7 +432,86 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
         f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
+    if replaced is not None:
+        _echo_changes(replaced, account)
+        click.echo("  (--replace returns every setting not given to its default; 'llm accounts set' changes only the ones given)")
     _warn_small_limits([account])
+    _warn_if_overridden()
+
+
+def _echo_changes(old, new):
+    from .declarations import describe_changes
+
+    for field, before, after in describe_changes(old, new):
+        click.echo(f"  {field}: {before} -> {after}")
+
+
+@accounts.command(name="set")
+@click.argument("name")
+@click.option("--budget", metavar="USD", help="Monthly budget in US dollars (fixed for a credit period once it is spent from)")
+@click.option("--daily-budget", metavar="USD", help="Daily (UTC) budget in US dollars")
+@click.option("--rank", metavar="N", help="Preference tier, 0 or more; lower is tried first")
+@click.option("--weight", metavar="N", help="Share among accounts of the same rank, 1 or more")
+@click.option("models", "--model", multiple=True, metavar="ID", help="A model this account may serve (repeatable; replaces the list)")
+@click.option(
+    "client_caps",
+    "--client-cap",
+    multiple=True,
+    metavar="LABEL=USD|LABEL=<N>tokens",
+    help="Set one client's dollar or token cap, keeping its other cap and other clients' (repeatable)",
+)
+@click.option("remove_clients", "--remove-client", multiple=True, metavar="LABEL", help="Remove a client's caps (repeatable)")
+@click.option(
+    "--clients-only/--all-clients",
+    default=None,
+    help="Serve only the clients with a cap, or every client",
+)
+@click.option(
+    "clear",
+    "--clear",
+    multiple=True,
+    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps"]),
+    help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps (repeatable)",
+)
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, clear):
+    """Change some settings of a declared account in accounts.json and keep the others.
+
+    Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
+    (declare a new account for another key). The monthly budget is fixed once a credit period
+    has spent from it, so another --budget is refused until the period ends; the daily budget,
+    rank, weight, models and client caps may change at any time.
+
+    \b
+    Example:
+        llm accounts set work --daily-budget 5.00 --rank 1
+        llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
+        llm accounts set work --clear daily-budget --clear models
+    """
+    from .declarations import changed_settings, set_account
+    from .errors import AccountsError
+
+    given = (budget, daily_budget, rank, weight, clients_only)
+    if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
+        fail(AccountsError(
+            "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
+        ))
+
+    def change(account):
+        return changed_settings(
+            account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
+            client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only, clear=clear,
+        )
+
+    try:
+        path, old, new = set_account(name, change, check=_check_against_ledger)
+    except AccountsError as error:
+        fail(error)
+    if new == old:
+        click.echo(f"Account {new.name} is unchanged: its settings already are these ({path})")
+    else:
+        click.echo(f"Changed account {new.name} in {path}:")
+        _echo_changes(old, new)
+        _warn_small_limits([new])
     _warn_if_overridden()
 
 

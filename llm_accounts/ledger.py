@@ -195,7 +195,14 @@ def _backend_for(location):
     for a URL."""
     url = getattr(location, "url", location)
     if isinstance(url, str) and url.startswith(("postgresql://", "postgres://")):
-        from .ledger_pg import PostgresBackend
+        try:
+            from .ledger_pg import PostgresBackend
+        except ImportError:
+            raise AccountsError(
+                "ledger_unavailable",
+                "LLM_ACCOUNTS_LEDGER is a PostgreSQL URL, and psycopg 3 is not installed in llm's environment: run "
+                "llm install 'psycopg[binary]>=3.1' (or, in the llm-accounts checkout, llm install -e '.[postgres]')",
+            ) from None
 
         return PostgresBackend(url, _busy)
     return SqliteBackend(location, _busy)

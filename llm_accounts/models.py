@@ -63,7 +63,18 @@ class _Shared:
                     "--key cannot be used while accounts are declared; the ledger chooses the account (pin one with -o account NAME)",
                 )
             return None
-        return super().get_key(explicit_key)
+        try:
+            return super().get_key(explicit_key)
+        except llm.NeedsKeyException:
+            pass
+        # Unrouted with no key: the newcomer who has not declared an account yet is told how to
+        # (docs/architecture.md "Environment"), still as llm's NeedsKeyException.
+        raise NoKeyError(
+            "credential_missing",
+            "no accounts are declared and llm has no Anthropic key: declare accounts with "
+            "'llm accounts add NAME --key-env VAR --budget USD' (README \"Declaring accounts\"), or send "
+            "unrouted with 'llm keys set anthropic' or ANTHROPIC_API_KEY",
+        )
 
     def _prepare(self, prompt, stream, conversation, key, response=None):
         from .declarations import load_declaration
@@ -320,6 +331,11 @@ def _unrecorded(attempt, error):
 class RoutedError(AccountsError, llm.ModelError):
     """A routed error as llm's ``ModelError``, so llm and Python callers handle it like any
     model's errors; its code, account and attempt are those of the ``AccountsError``."""
+
+
+class NoKeyError(RoutedError, llm.NeedsKeyException):
+    """No accounts declared and no key for llm's single Anthropic key: llm's own missing-key error,
+    with a code and the hint to declare accounts."""
 
 
 class RoutedRefusal(RoutedError):

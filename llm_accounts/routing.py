@@ -16,7 +16,7 @@ both loops make the same ones:
 import dataclasses
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, provider_pass, selection
+from . import catalog, classify, clock, keys, notices, pricing, provider_pass, selection, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -266,6 +266,14 @@ class RoutedCall:
         if failure == "quota_exhausted":
             # One story for out of credit, whatever status carried it (docs/architecture.md "Quota exhaustion").
             code, story = classify.error_code_for(failure), f"; {selection.out_of_credit(attempt.account)}"
+        elif failure == "auth":
+            # The ledger blocked the account in that settlement (docs/architecture.md "Failure classes
+            # and health"): say so, and what ends the block.
+            key_env = self._account(attempt.account).key_env
+            story = (
+                f"; the account is now blocked: check its key ({key_env}), "
+                f"then run: llm accounts unblock {attempt.account}"
+            )
         error = AccountsError(
             code,
             f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id}){story}",
@@ -300,7 +308,7 @@ class RoutedCall:
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
-            f"account '{attempt.account}' could not be reached ({failure.kind}, failure class transport); "
+            f"account '{attempt.account}' could not be reached {transport.where()} ({failure.kind}, failure class transport); "
             f"{fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
@@ -402,7 +410,8 @@ class UnroutedCall:
 
     def transport_failed(self, attempt, failure):
         return AccountsError(
-            "transport_error", f"Anthropic could not be reached ({failure.kind}) (unrouted: no accounts declared)"
+            "transport_error",
+            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared)",
         )
 
     def completed(self, attempt, message, request_id=None):

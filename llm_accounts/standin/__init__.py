@@ -45,7 +45,7 @@ replies are deterministic (``replies``); the model table is the stand-in's own (
 """
 
 from .config import BEHAVIOURS, ConfigError, load_config, validate_config
-from .demo import demo_config
+from .demo import demo_config, store_demo_keys
 from .models import MODELS, RETIRED, find_model
 from .server import StandIn, is_loopback, serve
 from .tokens import count_tokens, text_tokens
@@ -62,6 +62,7 @@ __all__ = [
     "is_loopback",
     "load_config",
     "serve",
+    "store_demo_keys",
     "text_tokens",
     "validate_config",
 ]

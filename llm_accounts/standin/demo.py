@@ -24,25 +24,58 @@ def _key(kind="api03"):
     return f"sk-ant-{kind}-standin" + "".join(secrets.choice(alphabet) for _ in range(80)) + "AA"
 
 
+# Above the default model's ceiling ($7.92 for claude-sonnet-4-6 at its default max_tokens: `llm
+# accounts prices`), so the suggested plain `claude-routed` prompt is admitted (README "Budgets and
+# the ceiling").
+SUGGESTED_BUDGET = "10.00"
+
+
 def demo_config():
-    """``(config, description)``: the demo keys, stored in llm's keys.json (0600)."""
-    keys = {env_name: _key() for _, env_name in DEMO_KEYS}
-    keys.update({env_name: _key("admin01") for _, env_name in DEMO_ADMIN_KEYS})
-    _store(keys)
-    config = {
+    """The demo configuration: fresh keys, held only in memory until ``store_demo_keys``.
+
+    The stand-in binds its port first and stores the keys only once that worked: a second stand-in
+    that cannot bind must not replace the keys a running one serves.
+    """
+    return {
         "keys": [
-            {"label": label, "key": keys[env_name], "organization": f"org-{label}", "behaviour": "ok"}
-            for label, env_name in DEMO_KEYS
+            {"label": label, "key": _key(), "organization": f"org-{label}", "behaviour": "ok"}
+            for label, _ in DEMO_KEYS
         ],
-        "admin_keys": [{"key": keys[env_name], "organization": f"org-{label}"} for label, env_name in DEMO_ADMIN_KEYS],
+        "admin_keys": [{"key": _key("admin01"), "organization": f"org-{label}"} for label, _ in DEMO_ADMIN_KEYS],
     }
-    names = " and ".join(env_name for _, env_name in DEMO_KEYS)
-    description = (
-        f"Built-in demo configuration: keys alpha and beta (behaviour ok), stored in llm's key store as {names}; "
-        "declare them with: llm accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 5.00 "
-        "(add --admin-key-env STANDIN_ALPHA_ADMIN_KEY to settle open attempts from its usage report)"
+
+
+def store_demo_keys(config):
+    """Store the demo configuration's keys and Admin API keys in llm's keys.json (0600), each
+    under its variable name."""
+    env_names = dict(DEMO_KEYS)
+    keys = {env_names[entry["label"]]: entry["key"] for entry in config["keys"]}
+    admin_names = {f"org-{label}": env_name for label, env_name in DEMO_ADMIN_KEYS}
+    keys.update({admin_names[entry["organization"]]: entry["key"] for entry in config.get("admin_keys", ())})
+    _store(keys)
+
+
+def suggestion(base_url):
+    """The two commands that declare the first demo key and prompt through it, as printed."""
+    label, env_name = DEMO_KEYS[0]
+    return (
+        f"llm accounts add {label} --key-env {env_name} --budget {SUGGESTED_BUDGET}",
+        f'LLM_ACCOUNTS_BASE_URL={base_url} llm -m claude-routed "hi"',
     )
-    return config, description
+
+
+def description(base_url):
+    """What ``llm accounts standin`` prints (to stderr) once it listens: where the keys are and
+    how to use them."""
+    names = " and ".join(env_name for _, env_name in DEMO_KEYS)
+    lines = [
+        f"Built-in demo configuration: keys alpha and beta (behaviour ok), stored in llm's key store as {names}. "
+        "In another terminal:"
+    ]
+    lines += [f"  {command}" for command in suggestion(base_url)]
+    admin = dict(DEMO_ADMIN_KEYS)[DEMO_KEYS[0][0]]
+    lines.append(f"To settle open attempts from its usage report, add --admin-key-env {admin} to the account.")
+    return "\n".join(lines)
 
 
 def _store(keys):

@@ -183,11 +183,9 @@ class StandIn:
         return prefix + "".join(digits)
 
 
-def serve(config, host="127.0.0.1", port=0, *, on_ready=None):
-    """Serve until Ctrl-C (the ``llm accounts standin`` command). ``on_ready(base_url)`` runs once bound."""
-    standin = StandIn(config, host, port)
-    if on_ready is not None:
-        on_ready(standin.base_url)
+def serve(standin):
+    """Serve ``standin`` (a ``StandIn``, bound when it was made) until Ctrl-C: the ``llm accounts
+    standin`` command, which binds first so that a taken port changes nothing."""
     try:
         standin._server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
