@@ -92,10 +92,37 @@ def _merge(path, changes):
         _save(data, path)
 
 
+class Listed(list):
+    """The model ids an account listed and kept, with how many were ``dropped``."""
+
+    dropped = 0
+
+
+MAX_ID_CHARS = 128
+
+
+def kept_ids(candidates, holds):
+    """``(ids, dropped)``: the listed ids that may be stored and shown. Provider strings are
+    untrusted (docs/security.md "Provider strings"): an id holding a run of the key (``holds``,
+    ``scrub.run_detector`` on the decoded value) is dropped whole, as is one that is not a short
+    printable string; nothing of it is kept, logged or printed."""
+    ids, dropped = [], 0
+    for value in candidates:
+        if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not holds(value):
+            ids.append(value)
+        else:
+            dropped += 1
+    return ids, dropped
+
+
 def fetch_model_ids(secret, http, base=None):
-    """Every model id the key's organization lists, following ``has_more`` pages."""
+    """Every model id the key's organization lists, following ``has_more`` pages; a ``Listed``
+    holding only ids that ``kept_ids`` keeps."""
+    from .scrub import run_detector
+
     base = base or transport.base_url()
-    ids, after = [], None
+    holds = run_detector(secret.reveal())
+    ids, after = Listed(), None
     for _ in range(MAX_PAGES):
         params = {"limit": PAGE_LIMIT}
         if after:
@@ -111,7 +138,9 @@ def fetch_model_ids(secret, http, base=None):
                 http_status=response.status_code,
             )
         page = response.json()
-        ids.extend(item["id"] for item in page.get("data", []) if isinstance(item.get("id"), str))
+        kept, dropped = kept_ids((item.get("id") for item in page.get("data", [])), holds)
+        ids.extend(kept)
+        ids.dropped += dropped
         if not page.get("has_more"):
             break
         after = page.get("last_id")
@@ -138,7 +167,8 @@ def refresh(declaration, names=None, *, automatic=False, path=None, base=None, c
             except Exception as error:  # transport failures: name the class, never the text
                 results[account.name] = AccountsError("transport_error", f"GET /v1/models failed ({type(error).__name__})")
             else:
-                results[account.name] = sorted(set(ids))
+                results[account.name] = Listed(sorted(set(ids)))
+                results[account.name].dropped = ids.dropped
             finally:
                 secret = None
     at = clock.isoformat(now or clock.now())

@@ -1143,14 +1143,16 @@ def refresh_models(names, json_):
     if json_:
         echo_json(
             {
-                name: ({"models": value} if isinstance(value, list) else {"error": value.code})
+                name: (_listed_json(value) if isinstance(value, list) else {"error": value.code})
                 for name, value in results.items()
             }
         )
     else:
         for name, value in results.items():
             if isinstance(value, list):
-                click.echo(f"{name}: {len(value)} models")
+                dropped = getattr(value, "dropped", 0)
+                note = f" ({dropped} id{'s' if dropped > 1 else ''} dropped: they held a run of the account's key or were not ids)" if dropped else ""
+                click.echo(f"{name}: {len(value)} models{note}")
             else:
                 click.echo(f"{name}: not refreshed: {value}", err=True)
     if failed:
@@ -1159,6 +1161,12 @@ def refresh_models(names, json_):
             f"could not refresh the model list of account{'s' if len(failed) > 1 else ''} {', '.join(failed)}; "
             "each keeps its previous list (see llm accounts status)",
         ))
+
+
+def _listed_json(ids):
+    """A refreshed list as JSON: its ids, and how many were dropped (catalog.kept_ids) if any."""
+    dropped = getattr(ids, "dropped", 0)
+    return {"models": list(ids), **({"dropped": dropped} if dropped else {})}
 
 
 @accounts.command()

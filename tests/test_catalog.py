@@ -240,3 +240,33 @@ def test_the_ladder_says_a_declaration_leaves_the_model_out(user_path, ledger_pa
     save_accounts_file([Account("alpha", "A_KEY", 5 * NANO, models=("claude-opus-4-6",))], None)
     (rung,) = json.loads(accounts_cli("ladder", "--model", "claude-haiku-4-5", "--json").output)
     assert rung["reason"] == f"does not serve {HAIKU}: not in its declared models"
+
+
+# A key listed as a model id (docs/security.md "Provider strings")
+
+
+def test_refresh_models_never_stores_or_prints_a_key_listed_as_a_model_id(standin, canary_key, user_path, monkeypatch):
+    declare(user_path, canary_key, monkeypatch)
+    standin.set_behaviour("a", "echo_key")
+    plain = CliRunner().invoke(cli, ["accounts", "refresh-models"])
+    assert plain.exit_code == 0, plain.output
+    assert "alpha: 13 models (2 ids dropped: they held a run of the account's key or were not ids)" in plain.output
+    as_json = CliRunner().invoke(cli, ["accounts", "refresh-models", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["alpha"]["dropped"] == 2
+    stored = catalog.cache_path().read_text()
+    assert "claude-haiku-4-5-20251001" in json.loads(stored)["alpha"]["models"]
+    assert_no_key_material(plain.output + as_json.output + stored, canary_key)
+
+
+def test_the_background_refresh_never_stores_a_key_listed_as_a_model_id(accounts, ledger_path, fixed_now, user_path):
+    write_lists(alpha=listed([HAIKU], T0 - dt.timedelta(days=2)), beta=listed([HAIKU], T0))
+    accounts.set_behaviour("alpha", "echo_key")
+    accounts.set_behaviour("beta", "echo_key")
+    assert llm_cli("-m", "claude-routed/claude-haiku-4-5", "Hello", "-o", "account", "beta").exit_code == 0
+    assert catalog.wait_for_background(30)
+    assert any(r["label"] == "alpha" and r["path"].startswith("/v1/models") for r in accounts.requests)
+    stored = catalog.cache_path().read_text()
+    assert HAIKU in json.loads(stored)["alpha"]["models"]
+    for key in accounts.keys.values():
+        assert_no_key_material(stored, key)
