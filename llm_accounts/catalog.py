@@ -30,7 +30,7 @@ except ImportError:  # Windows
 
 from . import clock, keys, transport
 from .errors import AccountsError
-from .paths import user_dir, write_private_json
+from .paths import FileProblem, read_limited, user_dir, write_private_json
 
 log = logging.getLogger("llm_accounts.catalog")
 
@@ -42,6 +42,8 @@ STALE_AFTER = dt.timedelta(days=1)
 # After a failed automatic refresh, prompts wait this long before trying that account again, so a
 # refused key is not asked on every prompt.
 RETRY_AFTER = dt.timedelta(hours=1)
+# The file holds every account's list: at most MAX_PAGES x PAGE_LIMIT ids of MAX_ID_CHARS each.
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 _background = None  # the last background refresh thread started by this process
 
@@ -51,10 +53,21 @@ def cache_path():
 
 
 def load(path=None):
-    """``{account: {"models": [...], "refreshed_at": iso, ...}}``; missing or unreadable means {}."""
+    """``{account: {"models": [...], "refreshed_at": iso, ...}}``; missing or not JSON means {}.
+
+    A file that is not a regular file of at most ``MAX_FILE_BYTES`` is ``declaration_invalid``
+    (docs/security.md "Files read"): a FIFO must not hang every prompt."""
+    path = pathlib.Path(path or cache_path())
     try:
-        data = json.loads(pathlib.Path(path or cache_path()).read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_limited(path, MAX_FILE_BYTES))
+    except FileNotFoundError:
+        return {}
+    except FileProblem as error:
+        raise AccountsError(
+            "declaration_invalid",
+            f"{FILENAME}: {error.reason}; remove {path} (llm accounts refresh-models writes it again)",
+        ) from None
+    except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

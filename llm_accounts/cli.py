@@ -158,7 +158,10 @@ def standin(port, config_path, host):
     if config_path is None:
         from .standin import demo_config
 
-        config, described = demo_config()
+        try:
+            config, described = demo_config()
+        except ConfigError as error:
+            fail(error)
     else:
         try:
             config = load_config(config_path)

@@ -24,6 +24,7 @@ import time
 
 from .declarations import DOTENV_FILES, KEY_ENV_RULE, llm_user_dir, looks_like_key, read_dotenv
 from .errors import AccountsError
+from .paths import FileProblem, read_limited
 
 LOOKUP_TIMEOUT = 15.0  # seconds (docs/security.md "Child processes")
 LOOKUP_OUTPUT_LIMIT = 1025  # bytes: the longest key plus one newline
@@ -85,11 +86,13 @@ def _keys_json(key_env, account):
     path = llm_user_dir() / "keys.json"
     problem = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
     if problem is None:
         try:
             stored = json.loads(text)

@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import stat
 import tempfile
 
 LEDGER_ENV = "LLM_ACCOUNTS_LEDGER"
@@ -97,3 +98,53 @@ def write_private_json(path, data, **dump_options):
             pass
         raise
     return path
+
+
+# Reading (docs/security.md "Files read")
+
+MAX_READ_BYTES = 1024 * 1024  # declarations, dotenv files, llm's keys.json, price files
+
+
+class FileProblem(Exception):
+    """A file that is there but may not be read: ``reason`` says what is wrong with it (never
+    what it holds), for the caller's coded line."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def read_limited(path, limit=MAX_READ_BYTES):
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
+
+    Opened without blocking, so a FIFO nobody writes to cannot hang the caller, then judged by
+    ``fstat`` on what was opened (a link is followed: a link to /dev/zero is a device); at most
+    ``limit`` + 1 bytes are read, so a file growing meanwhile is still refused. A missing file
+    raises ``FileNotFoundError``; anything else wrong raises ``FileProblem``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError:
+        raise FileProblem("could not be read") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileProblem("is not a regular file (a FIFO, device or directory)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        raise FileProblem("could not be read") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FileProblem(f"is larger than {_size(limit)}")
+    return b"".join(chunks)
+
+
+def _size(limit):
+    return f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0 else f"{limit:,} bytes"
