@@ -130,14 +130,33 @@ def holds_key_material(value, secrets=()):
 
 
 def child_environment(environ, withheld=(), secrets=()):
-    """A copy of ``environ`` for a child process: without the ``withheld`` names and without any
-    variable, whatever its name, whose value holds key material (``holds_key_material``)."""
-    withheld = set(withheld)
+    """A copy of ``environ`` for a child process: without the ``withheld`` names, without any
+    variable, whatever its name, whose value holds key material (``holds_key_material``), and
+    without the ledger's credentials (``ledger_withheld``)."""
+    withheld = set(withheld) | ledger_withheld(environ)
     return {
         name: value
         for name, value in environ.items()
         if name not in withheld and not holds_key_material(value, secrets)
     }
+
+
+def ledger_withheld(environ):
+    """Names a child never needs that may carry a PostgreSQL ledger's credentials
+    (docs/security.md "Child processes"): every ``PG*`` variable libpq reads, a
+    ``LLM_ACCOUNTS_LEDGER`` that is a URL, and any variable whose value holds that URL's
+    password or ``sslpassword`` or ``PGPASSWORD``'s value. A SQLite ledger's path is no credential and stays."""
+    from .paths import LEDGER_ENV, is_database_url, ledger_credentials
+
+    names = {name for name in environ if name.upper().startswith("PG")}
+    secrets = [environ.get("PGPASSWORD") or ""]
+    ledger = environ.get(LEDGER_ENV)
+    if is_database_url(ledger):
+        names.add(LEDGER_ENV)
+        secrets += ledger_credentials(ledger)
+    secrets = [secret for secret in secrets if len(secret) >= 4]
+    names |= {name for name, value in environ.items() if any(secret in value for secret in secrets)}
+    return names
 
 
 def lookup_environment(declaration, environ):
