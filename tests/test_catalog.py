@@ -127,7 +127,7 @@ def test_a_failed_refresh_keeps_the_old_list_and_status_says_so(accounts, fixed_
     (alpha, beta) = json.loads(accounts_cli("status", "--json").output)["accounts"]
     assert alpha["model_list"] == {
         "models": 1, "refreshed_at": old["refreshed_at"], "stale": True,
-        "failed_at": "2026-11-10T12:00:00+00:00", "error": "auth_failed", "automatic": False,
+        "failed_at": "2026-11-10T12:00:00+00:00", "error": "auth_failed", "automatic": False, "started_at": None,
     }
     assert beta["model_list"]["models"] is None  # never refreshed: serves every priced model
 
