@@ -81,3 +81,37 @@ def test_an_answered_async_prompt_is_delivered_and_settled_while_workers_are_bus
     rows = attempts(ledger_path)[1:]
     assert len(rows) == PROMPTS
     assert {(row["state"], row["outcome"]) for row in rows} == {("settled", "complete")}
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "whole"])
+def test_an_async_settlement_past_the_lock_bound_delivers_the_answer_with_one_warning(
+    hostile_account, ledger_path, monkeypatch, stream
+):
+    from click.testing import CliRunner
+    from llm.cli import cli
+
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(ledger_module, "ADMISSION_TIMEOUT_S", 0.3)
+    holder = {}
+
+    def answer(request):
+        # Another process takes the ledger's write lock while the provider answers, and keeps it.
+        holder["db"] = sqlite3.connect(ledger_path, isolation_level=None, check_same_thread=False)
+        holder["db"].execute("BEGIN IMMEDIATE")
+        return text_reply(request.stream, text="The answer, delivered.")
+
+    hostile_account.answer = answer
+    args = ["-m", MODEL, "hello", "--async"] + ([] if stream else ["--no-stream"])
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    holder["db"].execute("ROLLBACK")
+    holder["db"].close()
+    assert result.exit_code == 0, result.output
+    assert "The answer, delivered." in result.output
+    [row] = attempts(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", None)
+    [warning] = [line for line in result.output.splitlines() if "ledger_busy" in line]
+    assert warning.endswith(
+        f"Warning: ledger_busy: the ledger stayed locked by another process for 0.3 s; the attempt's outcome was not "
+        f"written (the answer was delivered, but attempt {row['id']} on account 'alpha' could not be settled: it stays "
+        f"open with its ceiling until 'llm accounts reconcile {row['id']}'; do not retry the prompt, it was already answered)"
+    )
