@@ -162,12 +162,19 @@ def fetch_model_ids(secret, http, base=None):
                 http_status=response.status_code,
             )
         page = response.json()
-        kept, dropped = kept_ids((item.get("id") for item in page.get("data", [])), holds)
+        page = page if isinstance(page, dict) else {}
+        data = page.get("data") if isinstance(page.get("data"), list) else []
+        kept, dropped = kept_ids((item.get("id") if isinstance(item, dict) else None for item in data), holds)
         ids.extend(kept)
         ids.dropped += dropped
         if not page.get("has_more"):
             break
-        after = page.get("last_id")
+        # The next page starts after this one's last id, sent back in the URL (which httpx logs):
+        # only an id that would itself be kept.
+        after, bad = kept_ids([page.get("last_id")], holds)
+        if bad:
+            break
+        after = after[0]
     return ids
 
 

@@ -776,7 +776,10 @@ def status(json_):
     # Each account's model list: when it was fetched, and a refresh that failed (llm_accounts.catalog).
     from . import catalog, clock
 
-    served, at = catalog.load(), clock.now()
+    try:
+        served, at = catalog.load(), clock.now()
+    except AccountsError as error:
+        fail(error)
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     if json_:
         echo_json(

@@ -270,3 +270,23 @@ def test_the_background_refresh_never_stores_a_key_listed_as_a_model_id(accounts
     assert HAIKU in json.loads(stored)["alpha"]["models"]
     for key in accounts.keys.values():
         assert_no_key_material(stored, key)
+
+
+def test_a_next_page_after_an_id_holding_the_key_is_never_asked_for(canary_key, user_path, monkeypatch):
+    # has_more with the key as last_id: it would go back in the URL, which httpx logs.
+    import httpx
+
+    from llm_accounts import keys
+
+    seen = []
+
+    def answer(request):
+        seen.append(str(request.url))
+        page = {"data": [{"id": HAIKU}, "not an object", {"id": canary_key}], "has_more": True, "last_id": canary_key}
+        return httpx.Response(200, json=page)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        ids = catalog.fetch_model_ids(keys.Secret(canary_key), http, "http://127.0.0.1:9")
+    assert (list(ids), ids.dropped) == ([HAIKU], 2)
+    assert len(seen) == 1
+    assert_no_key_material(" ".join(seen), canary_key)

@@ -185,3 +185,16 @@ def test_a_stand_in_config_that_is_a_fifo_is_refused(tmp_path):
     unbounded(tmp_path / "standin.json", "fifo")
     with pytest.raises(ConfigError, match="--config: the file is not a regular file"):
         load_config(tmp_path / "standin.json")
+
+
+@needs_fifo
+def test_llm_accounts_status_says_in_one_line_that_the_model_list_file_is_a_fifo(user_path, ledger_path):
+    from click.testing import CliRunner
+    from llm.cli import cli
+
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 5 * NANO)], None)
+    unbounded(user_path / "accounts-models.json", "fifo")
+    result = CliRunner().invoke(cli, ["accounts", "status"])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: declaration_invalid: accounts-models.json: is not a regular file")
+    assert len(result.output.strip().splitlines()) == 1
