@@ -458,7 +458,7 @@ class Ledger:
 
     def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client):
         """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/architecture.md "Scope")."""
-        conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
+        conversation = scope.id if scope.kind in ("conversation", "prompt") else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
             raise AccountsError(
                 "no_account_available",
@@ -939,7 +939,8 @@ class Ledger:
         """Move a conversation to another account, explicitly and on the record.
 
         ``account`` is the declared account (an Account-like); a bare name is refused, since a
-        conversation moves only to an account the declaration still holds. Refused too: a scope
+        conversation moves only to an account the declaration still holds. A conversation scope
+        may be named by the llm response id of one of its prompts (``_named_scope``). Refused too: a scope
         the ledger holds no binding for (``declaration_invalid``, without repeating its id) and a
         blocked account (``account_blocked``)."""
         check_scope(scope)
@@ -953,9 +954,10 @@ class Ledger:
             )
 
         def run(conn):
-            old = conn.execute(
+            bound = _named_scope(conn, scope)
+            old = None if bound is None else conn.execute(
                 "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (scope.kind, scope.id, scope.provider),
+                (bound.kind, bound.id, bound.provider),
             ).fetchone()
             if old is None:
                 # The id is not repeated: the ledger holds nothing to match it with.
@@ -976,12 +978,12 @@ class Ledger:
             ts = clock.isoformat(at)
             conn.execute(
                 "UPDATE binding SET account = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (name, scope.kind, scope.id, scope.provider),
+                (name, bound.kind, bound.id, bound.provider),
             )
             conn.execute(
                 """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
                    VALUES (?, 'rebind', ?, ?, 0, ?, ?, ?)""",
-                (uuid.uuid4().hex, scope.provider, name, source_ref, f"{scope.kind}:{scope.id}", ts),
+                (uuid.uuid4().hex, scope.provider, name, source_ref, f"{bound.kind}:{bound.id}", ts),
             )
             return old[0]
 
@@ -1338,6 +1340,23 @@ def _move_to_settled(conn, row, cost):
         {"ceiling": row["ceiling_nusd"], "cost": cost, "day": row["day_utc"], "provider": row["provider"],
          "account": row["account"], "month": row["month_utc"]},
     )
+
+
+def _named_scope(conn, scope):
+    """The bound scope ``llm accounts rebind`` names (docs/architecture.md "Scope"): a
+    conversation by its id, else the scope of the prompt whose llm response id it is (a
+    prompt without a conversation is its own scope; one in a conversation names it). None when
+    the ledger holds neither."""
+    if conn.execute(
+        "SELECT 1 FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+        (scope.kind, scope.id, scope.provider),
+    ).fetchone() is not None or scope.kind != "conversation":
+        return scope
+    row = conn.execute(
+        "SELECT scope_kind, scope_id FROM attempt WHERE llm_response_id = ? AND provider = ? LIMIT 1",
+        (scope.id, scope.provider),
+    ).fetchone()
+    return None if row is None else Scope(row[0], row[1], scope.provider)
 
 
 def _unbilled(conn, scope):
