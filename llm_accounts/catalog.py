@@ -7,15 +7,17 @@ were fetched. New conversations then go only to accounts that serve the requeste
 account never refreshed is assumed to serve every priced model, as before.
 
 A refresh that fails keeps the account's previous list and records the failure (its error code
-and when), so ``llm accounts status`` can say the list is old and why. An automatic refresh is
-recorded as started before it asks (``started_at``, ``tries``), so one cut off by its process
-exiting is seen by the next prompt as not finished and retried after a backoff, not by every
-prompt; each account's result is saved as soon as it is known, and every write replaces the file
-whole (``paths.write_private_json``), so no process leaves a half-written list. A list older than a day is
+and when), so ``llm accounts status`` can say the list is old and why. A list older than a day is
 refreshed automatically by a background thread that a routed prompt starts: the prompt never
 waits for it (it routes on the list it read) and the next prompt uses the new list. The thread
 resolves keys in this process exactly as an attempt does, so no key reaches ``os.environ`` or a
 child process's environment; it never raises into the prompt.
+
+The thread dies with its process, so an automatic refresh is recorded as started before it asks
+(``started_at``, ``tries``): one cut off by its process exiting is seen by the next prompt as not
+finished and retried after a ``backoff``, not by every prompt. Each account's result is saved as
+soon as it is known, and every write replaces the file whole (``paths.write_private_json``), so
+no process leaves a half-written list.
 """
 
 import contextlib

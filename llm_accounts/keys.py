@@ -145,7 +145,8 @@ def ledger_withheld(environ):
     """Names a child never needs that may carry a PostgreSQL ledger's credentials
     (docs/security.md "Child processes"): every ``PG*`` variable libpq reads, a
     ``LLM_ACCOUNTS_LEDGER`` that is a URL, and any variable whose value holds that URL's
-    password or ``sslpassword`` or ``PGPASSWORD``'s value. A SQLite ledger's path is no credential and stays."""
+    password or ``sslpassword`` or ``PGPASSWORD``'s value. A SQLite ledger's path is no credential
+    and stays."""
     from .paths import LEDGER_ENV, is_database_url, ledger_credentials
 
     names = {name for name in environ if name.upper().startswith("PG")}

@@ -40,7 +40,10 @@ _LOCATION = ("user", "host", "port", "dbname")
 _PORTS = re.compile(r"[0-9,]*")
 # What the hand-written reading shows when psycopg is absent; every other value is masked.
 _PLAIN_PARAMETERS = frozenset(
-    {"host", "hostaddr", "port", "dbname", "user", "sslmode", "connect_timeout", "application_name", "target_session_attrs"}
+    {
+        "host", "hostaddr", "port", "dbname", "user", "sslmode", "connect_timeout", "application_name",
+        "target_session_attrs",
+    }
 )
 
 
@@ -117,8 +120,9 @@ def _mask_by_hand(url):
     authority, slash, tail = rest.partition("/")
     if "@" in authority:
         userinfo, _, authority = authority.rpartition("@")
-        user = userinfo.split(":", 1)[0]
-        userinfo = user.split("?", 1)[0].split("#", 1)[0] + (":***" if user != userinfo or "?" in user or "#" in user else "")
+        user, colon, _ = userinfo.partition(":")
+        hidden = colon or "?" in user or "#" in user
+        userinfo = re.split(r"[?#]", user, maxsplit=1)[0] + (":***" if hidden else "")
     else:
         userinfo = None
     if not slash:
