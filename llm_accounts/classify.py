@@ -170,6 +170,17 @@ def parse_error_body(raw):
     return UNREADABLE if info is None else info
 
 
+def stream_error_info(event):
+    """Classify a mid-stream ``error`` event (already decoded by the SSE reader) like an error
+    body: the same closed-set values, the same drop rule (docs/errors.md "Provider text is
+    dropped"). An event that is not an error object gives ``other`` for both fields."""
+    try:
+        info = _info(event)
+    except Exception:  # the drop rule: nothing from the event may escape, not even in an error
+        info = None
+    return UNREADABLE if info is None else info
+
+
 def _classify(raw):
     if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) > MAX_ERROR_BODY:
         return None
@@ -177,6 +188,10 @@ def _classify(raw):
         body = json.loads(bytes(raw))
     except (ValueError, RecursionError):
         return None
+    return _info(body)
+
+
+def _info(body):
     if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
         return None
     error = body["error"]
@@ -235,6 +250,15 @@ def _unexpected(http_status):
     """A status other than 200, 4xx and 5xx: a 1xx or 3xx httpx hands back, a 2xx other than 200,
     or one past 599."""
     return http_status != 200 and not 400 <= http_status < 600
+
+
+def stream_error_code(failure_class):
+    """The AccountsError code for a stream that ended with an ``error`` event of ``failure_class``:
+    the class's own code when it names the account's state (blocked, rate limited, out of
+    credit), else ``provider_error`` (docs/errors.md "From an answer to a code")."""
+    if failure_class in ("auth", "rate_limited", "quota_exhausted"):
+        return _ERROR_CODE_FOR[failure_class]
+    return "provider_error"
 
 
 def outcome_for_status(http_status):

@@ -38,6 +38,9 @@ NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # unchanged as the environment variable, the dotenv key, the `llm keys` name and the lookup's
 # {name}.
 KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# The Admin API's API key ids ("apikey_01Rj2N8SVvo6BePZj99NhmiT"): an id, not a secret
+# (docs/architecture.md "Settling from the provider").
+API_KEY_ID_RULE = re.compile(r"apikey_[A-Za-z0-9]{1,64}")
 MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 # The ledger's rule for the attempt's client label (llm_accounts.records.CLIENT_RE), so every label
 # a cap names can be the one a caller sets with -o client or LLM_ACCOUNTS_CLIENT.
@@ -53,6 +56,8 @@ FIELDS = (
     "models",
     "clients",
     "clients_only",
+    "admin_key_env",
+    "api_key_id",
 )
 REQUIRED = ("name", "key_env", "budget_usd")
 # Ranks and weights are small orderings, not money; the bound keeps them far inside SQLite's int64.
@@ -81,6 +86,10 @@ class Account:
     # Per-client token caps: ((client label, monthly cap in billed tokens), ...) sorted by label. A
     # client may have a dollar cap, a token cap or both.
     client_tokens: tuple[tuple[str, int], ...] = ()
+    # The organization's Admin API key (the *name* of its variable, resolved like key_env) and this
+    # key's id in the usage report (docs/architecture.md "Settling from the provider").
+    admin_key_env: str | None = None
+    api_key_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +192,15 @@ def _key_env(value, field):
     if not KEY_ENV_RULE.fullmatch(value):
         raise invalid(
             f"{field}: must be a variable name of 1-64 letters, digits or '_', not starting with a digit, such as \"WORK_ANTHROPIC_KEY\""
+        )
+    return value
+
+
+def _api_key_id(value, field):
+    if not isinstance(value, str) or looks_like_key(value) or not API_KEY_ID_RULE.fullmatch(value):
+        raise invalid(
+            f"{field}: must be an API key id from the console or the Admin API, 'apikey_' and 1-64 letters or digits "
+            "(an id, never the key itself)"
         )
     return value
 
@@ -308,6 +326,8 @@ def parse_account(item, field):
         clients=clients,
         clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients or client_tokens),
         client_tokens=client_tokens,
+        admin_key_env=_key_env(item["admin_key_env"], field("admin_key_env")) if "admin_key_env" in item else None,
+        api_key_id=_api_key_id(item["api_key_id"], field("api_key_id")) if "api_key_id" in item else None,
     )
 
 
@@ -349,6 +369,10 @@ def parse_accounts(value, source):
             raise invalid(
                 f"{field('key_env')}: repeats the key_env of account [{key_envs[account.key_env]}]; each account needs its own key"
             )
+        if account.admin_key_env is not None and account.admin_key_env in key_envs:
+            raise invalid(f"{field('admin_key_env')}: names the key_env of account [{key_envs[account.admin_key_env]}]; an Admin API key is not an API key")
+        if account.admin_key_env == account.key_env or any(account.key_env == other.admin_key_env for other in accounts):
+            raise invalid(f"{field('key_env')}: is also named as an admin_key_env; an Admin API key is not an API key")
         names[account.name] = index
         key_envs[account.key_env] = index
         accounts.append(account)
@@ -365,6 +389,8 @@ def account_from_options(
     models=(),
     client_caps=(),
     clients_only=False,
+    admin_key_env=None,
+    api_key_id=None,
 ):
     """Build an account from ``llm accounts add``'s text options; errors name the option.
 
@@ -429,6 +455,12 @@ def account_from_options(
         models=_models(list(models), "--model") if models else None,
     )
     dollar_caps, token_caps = caps()
+    if admin_key_env is not None:
+        fields["admin_key_env"] = _key_env(admin_key_env, "--admin-key-env")
+        if fields["admin_key_env"] == fields["key_env"]:
+            raise invalid("--admin-key-env: names the same variable as --key-env; an Admin API key is not an API key")
+    if api_key_id is not None:
+        fields["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
     return Account(**fields, clients=dollar_caps, clients_only=bool(clients_only), client_tokens=token_caps)
 
 
@@ -677,6 +709,10 @@ def account_to_json(account):
         data["clients"] = dict(sorted(clients.items()))
     if account.clients_only:
         data["clients_only"] = True
+    if account.admin_key_env is not None:
+        data["admin_key_env"] = account.admin_key_env
+    if account.api_key_id is not None:
+        data["api_key_id"] = account.api_key_id
     return data
 
 

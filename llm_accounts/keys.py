@@ -165,6 +165,8 @@ def lookup_environment(declaration, environ):
     and (defence in depth) nothing whose value looks like an Anthropic key. No key is resolved
     to compare with: resolving is what the lookup is for."""
     withheld = {account.key_env for account in declaration.accounts} | {"ANTHROPIC_API_KEY"}
+    # An organization's Admin API key is a key like any other (docs/security.md "Child processes").
+    withheld |= {account.admin_key_env for account in declaration.accounts if account.admin_key_env}
     return child_environment(environ, withheld)
 
 
@@ -263,7 +265,8 @@ def resolve_key(key_env, declaration, *, environ=None, cwd=None, lookup_timeout=
         or looks_like_key(key_env)
     ):
         raise AccountsError("declaration_invalid", "key_env: not a valid variable name")
-    account = next((a.name for a in declaration.accounts if a.key_env == key_env), None)
+    # An account's admin_key_env resolves by the same steps, for the Admin API only.
+    account = next((a.name for a in declaration.accounts if key_env in (a.key_env, a.admin_key_env)), None)
     environ = os.environ if environ is None else environ
     if key_env in environ:
         return _accept(environ[key_env], key_env, "the environment", account)

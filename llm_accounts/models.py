@@ -254,11 +254,17 @@ def _parsed(raw):
         return None
 
 
-def _stream_failure(attempt, outcome, malformed=None):
+def _stream_failure(attempt, outcome, malformed=None, failure=None, info=None):
     """The routed error for a response that ended early or broke the stream format (``malformed``
-    is our text, never theirs); its attempt stays open (unknown)."""
+    is our text, never theirs); its attempt stays open (unknown). A mid-stream ``error`` event
+    (``info``, closed-set values only) raises the code of its failure class."""
     code = "provider_error" if outcome == "stream_error" else "transport_error"
     what = f"the stream was malformed: {malformed}" if malformed else f"the response ended early ({outcome})"
+    if info is not None and attempt.reservation is not None:
+        from .routing import stream_error_story
+
+        code = classify.stream_error_code(failure)
+        what = stream_error_story(attempt.account, failure, info)
     if attempt.reservation is None:
         return AccountsError(code, what)
     return AccountsError(
@@ -470,9 +476,9 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 end.fail(error)  # raised once the held text below is shown
             transport.drain(resp, lines)  # settled first; then the connection can be reused
         else:
-            outcome, failure = reader.failure()
-            call.stream_failed(attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome, reader.malformed))
+            outcome, failure, info = reader.failure()
+            call.stream_failed(attempt, outcome, failure, info)
+            end.decide(_stream_failure(attempt, outcome, reader.malformed, failure, info))
         yield from reader.finish()
         if refused is not None:
             end.fail(refused)
@@ -611,9 +617,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 end.fail(error)
             await transport.adrain(lines)
         else:
-            outcome, failure = reader.failure()
-            await _shielded(call.stream_failed, attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome, reader.malformed))
+            outcome, failure, info = reader.failure()
+            await _shielded(call.stream_failed, attempt, outcome, failure, info)
+            end.decide(_stream_failure(attempt, outcome, reader.malformed, failure, info))
         for event in reader.finish():
             yield event
         if refused is not None:

@@ -524,6 +524,27 @@ def test_stream_error_sends_an_error_event_and_no_message_stop(server, keys):
     assert "message_stop" not in names and "message_delta" not in names
 
 
+@pytest.mark.parametrize(
+    "behaviour, error_type, says",
+    [
+        ("stream_rate_limit_error", "rate_limit_error", "rate limit"),
+        ("stream_authentication_error", "authentication_error", "x-api-key"),
+        ("stream_permission_error", "permission_error", "permission"),
+        ("stream_billing_error", "billing_error", "billing"),
+        ("stream_credit_balance_too_low", "invalid_request_error", "credit balance is too low"),
+    ],
+)
+def test_each_stream_error_behaviour_ends_the_stream_with_its_error_event(server, keys, behaviour, error_type, says):
+    server.set_behaviour("a", behaviour)
+    response, text = stream(server, keys["a"], request("A reply long enough to cut"))
+    assert response.status_code == 200
+    events = parse_sse(text)
+    assert "content_block_delta" in [name for name, _ in events]
+    name, data = events[-1]
+    assert (name, data["type"], data["error"]["type"]) == ("error", "error", error_type)
+    assert says in data["error"]["message"]
+
+
 def test_stream_error_without_streaming_gets_529(server, keys):
     server.set_behaviour("a", "stream_error")
     assert_error(post(server, keys["a"], request()), 529, "overloaded_error", "Overloaded")
