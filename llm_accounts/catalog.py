@@ -80,17 +80,21 @@ def load(path=None):
 
 
 @contextlib.contextmanager
-def _locked(path):
-    """An exclusive ``flock`` on the lock file beside ``path`` that guards a read-modify-write of
-    it (another process may be saving another account's list). Where ``fcntl`` is missing nothing
-    is serialized."""
+def _locked(path, purpose="edit", blocking=True):
+    """An exclusive ``flock`` on a lock file beside ``path`` (one per ``purpose``: "edit" guards a
+    read-modify-write, "refresh" an automatic refresh in flight); yields False when ``blocking``
+    is off and another process holds it. Where ``fcntl`` is missing nothing is serialized."""
     if fcntl is None:
-        yield
+        yield True
         return
-    fd = os.open(path.parent / f".{path.name}.edit.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = os.open(path.parent / f".{path.name}.{purpose}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
     finally:
         os.close(fd)
 

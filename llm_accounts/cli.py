@@ -902,7 +902,10 @@ def status(json_):
     if any(account.admin_key_env for account in declared):
         from . import provider_pass
 
-        note = provider_pass.status_note(provider_pass.load_state())
+        try:
+            note = provider_pass.status_note(provider_pass.load_state())
+        except AccountsError as error:
+            fail(error)
         if note:
             click.echo(note)
 

@@ -198,3 +198,14 @@ def test_llm_accounts_status_says_in_one_line_that_the_model_list_file_is_a_fifo
     assert result.exit_code == 1
     assert result.output.startswith("Error: declaration_invalid: accounts-models.json: is not a regular file")
     assert len(result.output.strip().splitlines()) == 1
+
+
+@needs_fifo
+@pytest.mark.parametrize("kind", ["fifo", "oversized"])
+def test_an_unbounded_provider_pass_state_file_is_declaration_invalid(user_path, kind):
+    from llm_accounts import provider_pass
+
+    unbounded(user_path / provider_pass.FILENAME, kind)
+    with pytest.raises(AccountsError) as caught:
+        provider_pass.load_state()
+    assert str(caught.value).startswith(f"declaration_invalid: {provider_pass.FILENAME}: {WHAT[kind]}")
