@@ -240,6 +240,10 @@ def failure_class(http_status, info, *, transport=False):
         return "quota_exhausted"
     if info.error_code == "organization_on_hold":
         return "auth"  # the organization is disabled: the key cannot work until someone acts
+    if http_status is not None and _unexpected(http_status):
+        # The answer came from the base URL but is no answer the API documents: the account's
+        # path is failing, as with a 5xx (docs/errors.md "An unexpected status").
+        return "provider_outage"
     if http_status is None or 200 <= http_status < 300:
         return _CLASS_FOR_STREAM_TYPE.get(info.provider_error_type, "semantic")
     if http_status == 429:
@@ -253,6 +257,12 @@ def failure_class(http_status, info, *, transport=False):
     return "semantic"
 
 
+def _unexpected(http_status):
+    """A status other than 200, 4xx and 5xx: a 1xx or 3xx httpx hands back, a 2xx other than 200,
+    or one past 599."""
+    return http_status != 200 and not 400 <= http_status < 600
+
+
 def stream_error_code(failure_class):
     """The AccountsError code for a stream that ended with an ``error`` event of ``failure_class``:
     the class's own code when it names the account's state (blocked, rate limited, out of
@@ -263,11 +273,15 @@ def stream_error_code(failure_class):
 
 
 def outcome_for_status(http_status):
-    """The attempt outcome for a failed HTTP status (docs/architecture.md "Attempt outcomes")."""
+    """The attempt outcome for any HTTP status but 200 (docs/architecture.md "Attempt outcomes").
+
+    A status the API does not document (``_unexpected``) is ``provider_error``: the request may
+    have been processed, so its attempt stays open with its ceiling (docs/errors.md "An
+    unexpected status"). 200 and a non-integer are refused; no caller passes either."""
     if isinstance(http_status, bool) or not isinstance(http_status, int):
         raise ValueError("http_status must be an integer")
-    if 200 <= http_status < 300:
-        raise ValueError("a 2xx status is not a failure")
+    if http_status == 200:
+        raise ValueError("200 is not a failure")
     if http_status == 429:
         return "rate_limited"
     if http_status == 529:

@@ -185,7 +185,11 @@ def standin(port, config_path, host):
     if demo:
         from .standin.demo import description, store_demo_keys
 
-        store_demo_keys(config)  # only now that the port is ours: a taken one changes nothing
+        try:
+            store_demo_keys(config)  # only now that the port is ours: a taken one changes nothing
+        except ConfigError as error:
+            server.stop()
+            fail(error)
     click.echo(server.base_url)
     if demo:
         click.echo(description(server.base_url), err=True)
@@ -917,7 +921,10 @@ def status(json_):
     # Each account's model list: when it was fetched, and a refresh that failed (llm_accounts.catalog).
     from . import catalog, clock
 
-    served, at = catalog.load(), clock.now()
+    try:
+        served, at = catalog.load(), clock.now()
+    except AccountsError as error:
+        fail(error)
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     if json_:
         echo_json(
@@ -995,7 +1002,10 @@ def status(json_):
     if any(account.admin_key_env for account in declared):
         from . import provider_pass
 
-        note = provider_pass.status_note(provider_pass.load_state())
+        try:
+            note = provider_pass.status_note(provider_pass.load_state())
+        except AccountsError as error:
+            fail(error)
         if note:
             click.echo(note)
 
@@ -1536,14 +1546,16 @@ def refresh_models(names, json_):
     if json_:
         echo_json(
             {
-                name: ({"models": value} if isinstance(value, list) else {"error": value.code})
+                name: (_listed_json(value) if isinstance(value, list) else {"error": value.code})
                 for name, value in results.items()
             }
         )
     else:
         for name, value in results.items():
             if isinstance(value, list):
-                click.echo(f"{name}: {len(value)} models")
+                dropped = getattr(value, "dropped", 0)
+                note = f" ({dropped} id{'s' if dropped > 1 else ''} dropped: they held a run of the account's key or were not ids)" if dropped else ""
+                click.echo(f"{name}: {len(value)} models{note}")
             else:
                 click.echo(f"{name}: not refreshed: {value}", err=True)
     if failed:
@@ -1552,6 +1564,12 @@ def refresh_models(names, json_):
             f"could not refresh the model list of account{'s' if len(failed) > 1 else ''} {', '.join(failed)}; "
             "each keeps its previous list (see llm accounts status)",
         ))
+
+
+def _listed_json(ids):
+    """A refreshed list as JSON: its ids, and how many were dropped (catalog.kept_ids) if any."""
+    dropped = getattr(ids, "dropped", 0)
+    return {"models": list(ids), **({"dropped": dropped} if dropped else {})}
 
 
 @accounts.command()

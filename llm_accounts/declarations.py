@@ -27,7 +27,7 @@ except ImportError:  # Windows
 
 from .errors import AccountsError
 from .money import INT64_MAX, NANO, parse_usd
-from .paths import write_private_json
+from .paths import FileProblem, read_limited, write_private_json
 
 VARIABLE = "ANTHROPIC_ACCOUNTS"
 ACCOUNTS_FILE = "accounts.json"
@@ -614,13 +614,15 @@ def read_dotenv(path):
     label = path.name
     problem = None
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_limited(path).decode("utf-8-sig")
     except FileNotFoundError:
         return {}
     except UnicodeDecodeError:
         problem = "is not UTF-8 text"
-    except OSError:
-        problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
+        if problem.startswith("is not a regular file"):
+            problem += f"; make {label} a plain file or remove it"
     if problem:
         raise invalid(f"{label}: {problem}")
     return _parse_dotenv(text, label)
@@ -732,13 +734,13 @@ def read_accounts_file(path=None):
     path = pathlib.Path(path) if path else accounts_file_path()
     problem = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path).decode("utf-8")
     except FileNotFoundError:
         return None, None
     except UnicodeDecodeError:
         problem = "is not UTF-8 text"
-    except OSError:
-        problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
     if problem:
         raise invalid(f"{ACCOUNTS_FILE}: {problem}; fix or remove {path}")
     data = loads(text, ACCOUNTS_FILE)

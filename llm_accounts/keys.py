@@ -24,6 +24,7 @@ import time
 
 from .declarations import DOTENV_FILES, KEY_ENV_RULE, llm_user_dir, looks_like_key, read_dotenv
 from .errors import AccountsError
+from .paths import FileProblem, read_limited
 
 LOOKUP_TIMEOUT = 15.0  # seconds (docs/security.md "Child processes")
 LOOKUP_OUTPUT_LIMIT = 1025  # bytes: the longest key plus one newline
@@ -85,11 +86,13 @@ def _keys_json(key_env, account):
     path = llm_user_dir() / "keys.json"
     problem = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
     if problem is None:
         try:
             stored = json.loads(text)
@@ -127,14 +130,34 @@ def holds_key_material(value, secrets=()):
 
 
 def child_environment(environ, withheld=(), secrets=()):
-    """A copy of ``environ`` for a child process: without the ``withheld`` names and without any
-    variable, whatever its name, whose value holds key material (``holds_key_material``)."""
-    withheld = set(withheld)
+    """A copy of ``environ`` for a child process: without the ``withheld`` names, without any
+    variable, whatever its name, whose value holds key material (``holds_key_material``), and
+    without the ledger's credentials (``ledger_withheld``)."""
+    withheld = set(withheld) | ledger_withheld(environ)
     return {
         name: value
         for name, value in environ.items()
         if name not in withheld and not holds_key_material(value, secrets)
     }
+
+
+def ledger_withheld(environ):
+    """Names a child never needs that may carry a PostgreSQL ledger's credentials
+    (docs/security.md "Child processes"): every ``PG*`` variable libpq reads, a
+    ``LLM_ACCOUNTS_LEDGER`` that is a URL, and any variable whose value holds that URL's
+    password or ``sslpassword`` or ``PGPASSWORD``'s value. A SQLite ledger's path is no credential
+    and stays."""
+    from .paths import LEDGER_ENV, is_database_url, ledger_credentials
+
+    names = {name for name in environ if name.upper().startswith("PG")}
+    secrets = [environ.get("PGPASSWORD") or ""]
+    ledger = environ.get(LEDGER_ENV)
+    if is_database_url(ledger):
+        names.add(LEDGER_ENV)
+        secrets += ledger_credentials(ledger)
+    secrets = [secret for secret in secrets if len(secret) >= 4]
+    names |= {name for name, value in environ.items() if any(secret in value for secret in secrets)}
+    return names
 
 
 def lookup_environment(declaration, environ):

@@ -72,7 +72,7 @@ from .records import (  # the records are part of the ledger's API
 
 __all__ = [
     "AccountStatus", "Complete", "Ledger", "NotSent", "Refused", "Reservation", "Scope", "Unknown",
-    "open_ledger", "run_async",
+    "open_ledger", "run_async", "settle_async",
 ]
 
 log = logging.getLogger("llm_accounts.ledger")
@@ -1623,6 +1623,19 @@ async def run_async(fn, *args, **kw):
     to start (docs/architecture.md "Ledger"); ``ledger_busy`` otherwise. Once the worker has started the
     bound no longer applies: the call runs to its own SQLite bound and reports its real outcome, so
     a caller is never told a committed write failed."""
+    return await _in_worker(fn, args, kw, ADMISSION_TIMEOUT_S)
+
+
+async def settle_async(fn, *args, **kw):
+    """Run a settlement in a worker thread, waiting for the worker however long it takes: once a
+    request may have been sent the provider may have answered and billed, and giving up before
+    the settlement runs would drop a paid answer (docs/architecture.md "Ledger"). The call itself
+    keeps its SQLite bound; a ``ledger_busy`` from it leaves the attempt open with its ceiling,
+    and a delivered answer says so in one warning (docs/errors.md "After delivery")."""
+    return await _in_worker(fn, args, kw, None)
+
+
+async def _in_worker(fn, args, kw, bound):
     loop = asyncio.get_running_loop()
     requested = time.perf_counter()
     phase = {"value": "waiting"}
@@ -1647,7 +1660,7 @@ async def run_async(fn, *args, **kw):
 
     done = loop.run_in_executor(None, work)
     try:
-        await asyncio.wait_for(asyncio.shield(started), ADMISSION_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.shield(started), bound)
     except BaseException as error:
         with gate:
             abandon = phase["value"] == "waiting"
@@ -1659,7 +1672,7 @@ async def run_async(fn, *args, **kw):
                 _log_event(op, "ledger_busy", time.perf_counter() - requested)
                 raise AccountsError(
                     "ledger_busy",
-                    f"no worker thread was free for the ledger within {ADMISSION_TIMEOUT_S:g} s; the ledger call did not run, try again",
+                    f"no worker thread was free for the ledger within {bound:g} s; the ledger call did not run, try again",
                 ) from None
             _log_event(op, type(error).__name__, time.perf_counter() - requested)
             raise

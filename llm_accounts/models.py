@@ -21,7 +21,7 @@ from . import classify, payload, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
-from .ledger import run_async
+from .ledger import run_async, settle_async
 from .options import RoutedOptions, check_prompt, not_utf8, options_for
 from .retries import DEFAULT_RETRIES, parse_retry_after
 from .wire import message_problem, usage_problem
@@ -585,7 +585,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             try:
                 message = _parsed(await resp.aread())
             except httpx.HTTPError:
-                await run_async(call.stream_failed, attempt, "transport_error", "transport")
+                await settle_async(call.stream_failed, attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
                 return
             except asyncio.CancelledError:
@@ -644,8 +644,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
 async def _shielded(fn, *args):
     """Run a settlement in a worker, shielded from the caller's cancellation: an attempt's
-    outcome is recorded even when its caller gives up (docs/architecture.md "Attempt outcomes")."""
-    return await asyncio.shield(run_async(fn, *args))
+    outcome is recorded even when its caller gives up (docs/architecture.md "Attempt outcomes").
+    It waits for a worker however long it takes (``settle_async``): the request was sent."""
+    return await asyncio.shield(settle_async(fn, *args))
 
 
 async def _outcome_of(task):

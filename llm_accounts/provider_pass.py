@@ -30,7 +30,7 @@ import uuid
 from . import admin_api, clock, keys, pricing, provider_usage, scrub, transport
 from .catalog import _locked  # the same flock helper the model-list refresh uses
 from .errors import AccountsError
-from .paths import user_dir, write_private_json
+from .paths import FileProblem, read_limited, user_dir, write_private_json
 
 log = logging.getLogger("llm_accounts.provider")
 
@@ -74,8 +74,13 @@ def state_path():
 
 
 def load_state(path=None):
+    path = pathlib.Path(path or state_path())
     try:
-        data = json.loads(pathlib.Path(path or state_path()).read_text())
+        data = json.loads(read_limited(path))
+    except FileNotFoundError:
+        return {}
+    except FileProblem as error:  # a FIFO must not hang a prompt (docs/security.md "Files read")
+        raise AccountsError("declaration_invalid", f"{FILENAME}: {error.reason}; remove {path}") from None
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -440,7 +440,9 @@ def check_evidence(evidence):
         if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
             raise invalid("failure_class", "must be a failure class")
         status = evidence.http_status
-        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
+        # Any three-digit status httpx hands back, so an unexpected one (600 and up) is recorded
+        # with its outcome rather than refused (docs/errors.md "An unexpected status").
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 999):
             raise invalid("http_status", "must be an HTTP status code")
         if evidence.provider_error_type is not None and evidence.provider_error_type not in ERROR_TYPES:
             raise invalid("provider_error_type", "must be a documented error.type or 'other'")

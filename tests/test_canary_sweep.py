@@ -2,7 +2,8 @@
 run of it in any output, log line, file, ledger row, llm logs entry or Datasette page
 (docs/security.md "Tests").
 
-The stand-in quotes the key back (``echo_key``) on one prompt and refuses another with a 429;
+The stand-in quotes the key back (``echo_key``) on one prompt and in its model list, and refuses
+another prompt with a 429;
 the commands, llm's logs, an export and every canned query and dashboard page are read after.
 """
 
@@ -94,8 +95,11 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         return "".join([chunk async for chunk in llm.get_async_model(MODEL).prompt("Quote it async")])
 
     outputs.append(asyncio.run(stream()))
+    # The model list names the key as a model id (and an id quoting it) from here on.
+    server.set_behaviour("canary", "echo_key")
     # Commands, llm's logs and an export.
     for args in (
+        ("accounts", "refresh-models"),
         ("accounts", "status"),
         ("accounts", "status", "--json"),
         ("accounts", "list", "--json"),
@@ -117,6 +121,7 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
     outputs.extend(record.getMessage() for record in caplog.records)
 
     assert "Echoing the key you sent" in "".join(outputs)  # the reply that quoted it was shown, masked
+    assert "2 ids dropped" in "".join(outputs)  # the model list that named it was read
     for key in (canary_key, admin_canary):
         for text in outputs:
             assert_no_key_material(text, key)

@@ -31,6 +31,8 @@ drop (streamed: some deltas then the connection closes mid-body; otherwise it cl
 response); echo_key (the reply text quotes the request's key, split across text deltas);
 refusal (200 with no content, ``stop_reason: refusal`` and ``stop_details``, as a safety
 classifier declines).
+GET /v1/models under a standing echo_key lists the key itself, and an id quoting it, on its first
+page.
 GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
 forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
 

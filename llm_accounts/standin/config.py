@@ -51,11 +51,16 @@ class ConfigError(ValueError):
 
 def load_config(path):
     """Read and validate a stand-in config file; returns the normalized config dict."""
+    from ..paths import FileProblem, read_limited
+
     try:
-        with open(path, encoding="utf-8") as fp:
-            text = fp.read()
-    except OSError as error:
-        raise ConfigError(f"--config: cannot read the file ({error.strerror or 'unreadable'})") from None
+        text = read_limited(path).decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError("--config: cannot read the file (No such file or directory)") from None
+    except FileProblem as error:
+        raise ConfigError(f"--config: the file {error.reason}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("--config: the file is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:

@@ -12,7 +12,8 @@ import json
 import secrets
 import string
 
-from ..paths import user_dir, write_private_json
+from ..paths import FileProblem, read_limited, user_dir, write_private_json
+from .config import ConfigError
 
 DEMO_KEYS = (("alpha", "STANDIN_ALPHA_KEY"), ("beta", "STANDIN_BETA_KEY"))
 # Each demo organization's Admin API key, which reads its usage and cost reports.
@@ -83,8 +84,13 @@ def _store(keys):
     path = user_dir() / "keys.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        current = json.loads(path.read_text())
-    except (OSError, ValueError):
+        current = json.loads(read_limited(path))
+    except FileNotFoundError:
+        current = {"// Note": "This file stores secret API credentials. Do not share!"}
+    except FileProblem as error:
+        # Never replaced: it may hold every other key (docs/security.md "Files read").
+        raise ConfigError(f"llm's keys.json {error.reason}; check it with 'llm keys path'") from None
+    except ValueError:
         current = {"// Note": "This file stores secret API credentials. Do not share!"}
     if not isinstance(current, dict):
         current = {}

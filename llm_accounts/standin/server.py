@@ -491,6 +491,10 @@ class _Exchange:
             window = models[start: start + limit]
             has_more = start + limit < len(models)
         data = [model.as_json() for model in window]
+        if self.key.behaviour == "echo_key" and after is None and before is None:
+            # A hostile listing: the key itself, and an id that quotes it, among the models.
+            for listed_id in (self.presented, f"claude-{self.presented}-latest"):
+                data.insert(0, {**models[0].as_json(), "id": listed_id, "display_name": listed_id})
         self._send_json(200, {
             "data": data,
             "has_more": has_more,
