@@ -25,7 +25,7 @@ CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
 ERROR_TYPES = frozenset(classify.PROVIDER_ERROR_TYPES) | {"other"}
 REJECTION_CLASSES = frozenset(classify.REJECTION_CLASSES) | {"other"}
 BLOCK_REASONS = frozenset({"auth_failed", "settlement_conflict", "ceiling_exceeded", "manual"})
-SCOPE_KINDS = frozenset({"conversation", "instance"})
+SCOPE_KINDS = frozenset({"conversation", "prompt", "instance"})  # instance: rows of releases before 2026-12
 
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -48,8 +48,10 @@ _SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-    """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
-    ``("instance", <uuid>)`` for a prompt with no conversation (docs/architecture.md "Scope")."""
+    """What a binding is keyed by: ``("conversation", <llm conversation id>)``, or
+    ``("prompt", <llm response id>)`` for a prompt with no conversation (docs/architecture.md
+    "Scope"). Ledgers written before 2026-12 also hold ``("instance", <uuid>)``, one per model
+    object."""
 
     kind: str
     id: str
@@ -113,6 +115,8 @@ class Unknown:
     outcome: str
     failure_class: str | None = None
     http_status: int | None = None
+    # What the user was shown of an HTTP refusal left open, or of a mid-stream error event
+    # (docs/errors.md "Rejection classes").
     provider_error_type: str | None = None
     rejection_class: str | None = None
 
@@ -225,7 +229,7 @@ def check_month(value):
 
 def check_scope(scope):
     if getattr(scope, "kind", None) not in SCOPE_KINDS:
-        raise invalid("scope.kind", "must be 'conversation' or 'instance'")
+        raise invalid("scope.kind", "must be 'conversation', 'prompt' or 'instance'")
     check_id(scope.id, "scope.id")
     check_pattern(scope.provider, _PROVIDER, "scope.provider", "must be a provider name such as 'anthropic'")
     return scope
@@ -439,7 +443,9 @@ def check_evidence(evidence):
         if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
             raise invalid("failure_class", "must be a failure class")
         status = evidence.http_status
-        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
+        # Any three-digit status httpx hands back, so an unexpected one (600 and up) is recorded
+        # with its outcome rather than refused (docs/errors.md "An unexpected status").
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 999):
             raise invalid("http_status", "must be an HTTP status code")
         if evidence.provider_error_type is not None and evidence.provider_error_type not in ERROR_TYPES:
             raise invalid("provider_error_type", "must be a documented error.type or 'other'")

@@ -8,13 +8,15 @@ both loops make the same ones:
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
   attempt as never sent without trying another account (docs/architecture.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover").
+  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
+- a 500, 502, 503 or 504 is unknown (its attempt stays open) but retried on the same account, as
+  the SDK does, never moved (docs/architecture.md "Retries").
 """
 
 import dataclasses
 import uuid
 
-from . import catalog, classify, clock, keys, pricing
+from . import catalog, classify, clock, keys, notices, pricing, provider_pass, selection, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -24,6 +26,9 @@ from .scrub import run_detector
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
 RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wait may cure
+# Unknown outcomes the SDK retries: sent again on the same account only, the failed attempt
+# keeping its ceiling (docs/architecture.md "Retries").
+RETRIED_SERVER_ERRORS = (500, 502, 503, 504)
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
 
@@ -64,6 +69,9 @@ class RoutedCall:
         # A list older than a day is fetched again in a background thread: this prompt routes on
         # the lists just read and never waits; the next prompt uses the new ones.
         catalog.refresh_stale_in_background(declaration, served)
+        # Likewise, open attempts are settled from the usage report where it leaves no doubt
+        # (docs/architecture.md "Settling from the provider").
+        provider_pass.settle_in_background(declaration)
         self.records = []
         self.tried = []
         # (account, short summary, error) of each attempt a new conversation moved on from.
@@ -73,6 +81,7 @@ class RoutedCall:
         self.retrying = None  # the account a retry goes back to
         self.pending_wait = None  # seconds the caller waits before calling begin() again
         self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
+        self.retried_error = None  # the 5xx a retry is going back for, raised if it is not admitted
 
     # Reservation -------------------------------------------------------------------------------
 
@@ -105,11 +114,11 @@ class RoutedCall:
         if refusal is not None:
             if self._wait_out(refusal):
                 return None
-            raise self._last_failure(refusal) or self._explained(refusal)
+            raise self._retry_refused(refusal) or self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
-        self.retrying = None
+        self.retrying = self.retried_error = None
         self.records.append(
             {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
         )
@@ -148,6 +157,14 @@ class RoutedCall:
             return False
         self.retrying, self.last_retriable = account, None
         return True
+
+    def _retry_refused(self, refusal):
+        """The 5xx a retry went back for, once the ledger does not admit the retry (its own
+        open ceiling may be what fills the budget): that failure is the news, the refusal why
+        it was not retried."""
+        if self.retried_error is None:
+            return None
+        return self._noted(self.retried_error, f"the retry was refused: {refusal.code}: {refusal.message}")
 
     def _last_failure(self, refusal):
         """The failure that made a new conversation move on, once no other account can take it."""
@@ -240,14 +257,27 @@ class RoutedCall:
         else:
             evidence = Unknown(outcome, failure, status, info.provider_error_type, info.rejection_class)
             self._settle(attempt.id, evidence, outcome, None)
+            self._held_open(attempt, outcome)
         attempt.secret = None
         detail = info.provider_error_type + (
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
         )
         fate = "nothing was billed" if documented else "the attempt stays open with its ceiling until reconciled"
+        code, story = classify.error_code_for(outcome), ""
+        if failure == "quota_exhausted":
+            # One story for out of credit, whatever status carried it (docs/architecture.md "Quota exhaustion").
+            code, story = classify.error_code_for(failure), f"; {selection.out_of_credit(attempt.account)}"
+        elif failure == "auth":
+            # The ledger blocked the account in that settlement (docs/architecture.md "Failure classes
+            # and health"): say so, and what ends the block.
+            key_env = self._account(attempt.account).key_env
+            story = (
+                f"; the account is now blocked: check its key ({key_env}), "
+                f"then run: llm accounts unblock {attempt.account}"
+            )
         error = AccountsError(
-            classify.error_code_for(outcome),
-            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id})",
+            code,
+            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id}){story}",
             account=attempt.account,
             attempt_id=attempt.id,
             http_status=status,
@@ -261,6 +291,9 @@ class RoutedCall:
             return None
         if retriable and self._retry(attempt.account, retry_after_s):
             return None
+        if status in RETRIED_SERVER_ERRORS and self._retry(attempt.account, retry_after_s):
+            self.retried_error = error
+            return None
         return self._noted(error)
 
     def transport_failed(self, attempt, failure):
@@ -272,10 +305,11 @@ class RoutedCall:
             fate = "nothing was sent"
         else:
             self._settle(attempt.id, Unknown("transport_error", "transport"), "transport_error", None)
+            self._held_open(attempt, "transport_error")
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
-            f"account '{attempt.account}' could not be reached ({failure.kind}, failure class transport); "
+            f"account '{attempt.account}' could not be reached {transport.where()} ({failure.kind}, failure class transport); "
             f"{fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
@@ -307,6 +341,7 @@ class RoutedCall:
             # Unknown is never zero: incomplete usage keeps the ceiling open (docs/pricing.md
             # "What keeps an attempt open").
             self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
+            self._held_open(attempt, "usage_incomplete")
             if cost is not None:
                 raise AccountsError(
                     "provider_error",
@@ -326,10 +361,23 @@ class RoutedCall:
         attempt.secret = None
         self._settle(attempt.id, NotSent(caller_cancelled=True), "not_sent", 0)
 
-    def stream_failed(self, attempt, outcome, failure_class=None):
-        """A stream that ended without complete usage: the attempt stays open (unknown)."""
+    def stream_failed(self, attempt, outcome, failure_class=None, info=None):
+        """A stream that ended without complete usage: the attempt stays open (unknown). ``info``
+        is a mid-stream error event's closed-set values, stored like an HTTP error's."""
         attempt.secret = None
-        self._settle(attempt.id, Unknown(outcome, failure_class), outcome, None)
+        if info is None:
+            evidence = Unknown(outcome, failure_class)
+        else:
+            evidence = Unknown(outcome, failure_class, None, info.provider_error_type, info.rejection_class)
+        self._settle(attempt.id, evidence, outcome, None)
+        self._held_open(attempt, outcome)
+
+    def _held_open(self, attempt, outcome):
+        """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
+        "Held open"); only once the ledger has recorded it."""
+        account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
+        automatic = notices.settles_automatically(account)
+        notices.say(notices.held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome, automatic=automatic))
 
     def routing(self, paid_by=None):
         return {
@@ -363,7 +411,8 @@ class UnroutedCall:
 
     def transport_failed(self, attempt, failure):
         return AccountsError(
-            "transport_error", f"Anthropic could not be reached ({failure.kind}) (unrouted: no accounts declared)"
+            "transport_error",
+            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared)",
         )
 
     def completed(self, attempt, message, request_id=None):
@@ -372,15 +421,30 @@ class UnroutedCall:
     def not_sent(self, attempt):
         pass
 
-    def stream_failed(self, attempt, outcome, failure_class=None):
+    def stream_failed(self, attempt, outcome, failure_class=None, info=None):
         pass
 
 
-def scope_for(conversation, instance_id):
-    """docs/architecture.md "Scope": the llm conversation id, else a private id per model instance."""
+def stream_error_story(account, failure_class, info):
+    """What a stream that ended with an ``error`` event tells the user: the documented type, the
+    rejection class and the failure class (never the provider's text), and what the class did to
+    the account (docs/errors.md "From an answer to a code")."""
+    detail = info.provider_error_type + (f" ({info.rejection_class})" if info.rejection_class != "other" else "")
+    what = f"the stream ended with an error event {detail}, failure class {failure_class}"
+    if failure_class == "quota_exhausted":
+        return f"{what}; {selection.out_of_credit(account)}"
+    if failure_class == "auth":
+        return f"{what}; the account is blocked until its key is fixed and 'llm accounts unblock {account}' is run"
+    return what
+
+
+def scope_for(conversation, prompt_id=None):
+    """docs/architecture.md "Scope": the llm conversation id, else a scope of this prompt's own,
+    named by its llm response id (the ``id`` ``llm logs`` shows), so prompts on one model object
+    spread across accounts and a failed account binds none but its own prompt."""
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
-    return Scope("instance", instance_id)
+    return Scope("prompt", str(prompt_id or uuid.uuid4()))
 
 
 def _holds_nothing(text):
