@@ -169,11 +169,11 @@ def test_an_unbounded_price_file_is_unsupported_pricing(tmp_path, kind, monkeypa
 @needs_fifo
 @pytest.mark.parametrize("kind", ["fifo", "oversized"])
 def test_the_stand_ins_demo_never_replaces_an_unbounded_keys_json(user_path, kind):
-    from llm_accounts.standin import ConfigError, demo_config
+    from llm_accounts.standin import ConfigError, demo_config, store_demo_keys
 
     unbounded(user_path / "keys.json", kind)
     with pytest.raises(ConfigError) as caught:
-        demo_config()
+        store_demo_keys(demo_config())
     assert str(caught.value).startswith(f"llm's keys.json {WHAT[kind]}")
     assert (user_path / "keys.json").is_fifo() == (kind == "fifo")
 
