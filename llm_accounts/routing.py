@@ -8,13 +8,17 @@ both loops make the same ones:
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
   attempt as never sent without trying another account (docs/architecture.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover").
+  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
+- a refusal that only ceilings in flight caused waits for room, up to the prompt's bound, then
+  says the money is held, not spent (docs/architecture.md "Waiting for room").
 """
 
 import dataclasses
+import sys
+import time
 import uuid
 
-from . import catalog, classify, clock, keys, pricing
+from . import catalog, classify, clock, keys, pricing, room, selection
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -46,7 +50,7 @@ class Attempt:
 class RoutedCall:
     def __init__(
         self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES,
-        llm_response_id=None,
+        llm_response_id=None, wait=room.DEFAULT_WAIT_S, notice=None,
     ):
         self.declaration = declaration
         self.ledger = ledger
@@ -73,6 +77,10 @@ class RoutedCall:
         self.retrying = None  # the account a retry goes back to
         self.pending_wait = None  # seconds the caller waits before calling begin() again
         self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
+        # Waiting for room: the prompt's place among waiters (docs/architecture.md "Waiting for room").
+        self.room = room.Wait(wait)
+        self.waiter = str(uuid.uuid4()) if wait > 0 else None
+        self.notice = notice or _to_stderr
 
     # Reservation -------------------------------------------------------------------------------
 
@@ -99,12 +107,15 @@ class RoutedCall:
                 client=self.client,
                 llm_response_id=self.llm_response_id,
                 exclude=tuple(name for name in self.tried if name != self.retrying),
+                waiter=self.waiter,
             )
         except AccountsError as error:
             refusal = error
         if refusal is not None:
             if self._wait_out(refusal):
                 return None
+            if refusal.held:
+                raise self._held(refusal)
             raise self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
@@ -136,11 +147,40 @@ class RoutedCall:
         if refusal.retry_at is not None:
             self.pending_wait = self.retries.cooldown(refusal.retry_at, clock.now())
             return self.pending_wait is not None
+        if refusal.held:
+            return self._wait_for_room(refusal)
         if self.last_retriable is not None and refusal.code in ("no_account_available", "budget_exhausted"):
             # A new conversation moved on as far as it could: retry where it last failed.
             account, retry_after = self.last_retriable
             return self._retry(account, retry_after)
         return False
+
+    def _wait_for_room(self, refusal):
+        """Only ceilings in flight stand in the way: wait and reserve again, up to the bound. The
+        caller sleeps between reservations, holding no lock, transaction or connection."""
+        if self.waiter is None:
+            return False
+        now = time.monotonic()
+        self.pending_wait = self.room.next_delay(now)
+        if self.pending_wait is None:
+            try:
+                self.ledger.leave(self.waiter)
+            except AccountsError:
+                pass  # its place expires by itself (ledger.WAITER_TTL)
+            return False
+        if self.room.notice_due(now):
+            self.notice(
+                f"waiting for {selection.held_summary(refusal.held)} "
+                f"(up to {self.room.bound_s:g} s; -o wait SECONDS or LLM_ACCOUNTS_WAIT sets it)"
+            )
+        return True
+
+    def _held(self, refusal):
+        """Past the wait bound: the money is held by attempts in flight, not spent."""
+        message = selection.held_refusal(refusal.held, self.room.waited(time.monotonic()), self.room.bound_s)
+        if "never moves by itself" in refusal.message:
+            message += "; a conversation never moves by itself (llm accounts rebind moves it)"
+        return self._noted(AccountsError("budget_exhausted", message, account=refusal.account, held=refusal.held))
 
     def _retry(self, account, retry_after_s):
         self.pending_wait = self.retries.backoff(retry_after_s)
@@ -380,6 +420,10 @@ def scope_for(conversation, instance_id):
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
     return Scope("instance", instance_id)
+
+
+def _to_stderr(line):
+    print(f"llm-accounts: {line}", file=sys.stderr, flush=True)
 
 
 def _holds_nothing(text):

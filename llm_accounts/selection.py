@@ -495,9 +495,9 @@ def held_summary(held):
     parts = [f"{money(h.held_nusd)} held by {_attempts(h.attempts)} in flight on {h.account}" for h in held[:1]]
     parts += [f"{money(h.held_nusd)} by {h.attempts} on {h.account}" for h in held[1:]]
     text = " and ".join(parts) if len(parts) < 3 else ", ".join(parts[:-1]) + " and " + parts[-1]
-    queued = sum(h.queued for h in held)
+    queued = max((h.queued for h in held), default=0)  # a prompt waiting for any account counts on each
     if queued:
-        text += f" (and {money(sum(h.ahead_nusd for h in held))} kept for {queued} earlier waiting prompt{'' if queued == 1 else 's'})"
+        text += f", behind {queued} earlier waiting prompt{'' if queued == 1 else 's'}"
     return text
 
 
