@@ -18,7 +18,7 @@ from .errors import AccountsError
 #: bench/daily.py (docs/performance.md "Waiting for room"): the longest wait it measured, six
 #: parallel prompts on two $20 accounts and a batch of 100 on two $50 accounts, with room for
 #: answers that take as long as a long real one.
-DEFAULT_WAIT_S = 300.0
+DEFAULT_WAIT_S = 600.0
 MAX_WAIT_S = 3600.0
 ENV = "LLM_ACCOUNTS_WAIT"
 #: Polls start fast and back off, so a waiter neither hammers the ledger's write lock nor idles

@@ -86,7 +86,7 @@ def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_comple
     process = start("Hello")
     lines = stderr_lines(process)
     first = lines.get(timeout=120)
-    assert first.startswith("llm-accounts: waiting for $5.00 held by 1 attempt in flight on alpha (up to 300 s")
+    assert first.startswith("llm-accounts: waiting for $5.00 held by 1 attempt in flight on alpha (up to 600 s")
     assert accounts.requests == []  # nothing was sent while it waited
     release(ledger_path)
     out, _ = process.communicate(timeout=120)
