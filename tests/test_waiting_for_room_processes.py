@@ -179,3 +179,28 @@ def test_six_parallel_prompts_all_complete_on_a_postgresql_ledger(accounts, user
     with Ledger(pg_url) as ledger:
         rows = ledger.attempts()
     assert len(rows) == 6 and all(row["outcome"] == "complete" for row in rows)
+
+
+def test_an_async_prompt_waits_for_room_without_blocking_the_loop_and_completes(alpha_only, accounts, ledger_path):
+    import asyncio
+    import sqlite3
+
+    import llm
+
+    hold(ledger_path, alpha_only, 5 * NANO, now=None)
+
+    def queued():
+        with sqlite3.connect(ledger_path) as db:
+            return db.execute("SELECT COUNT(*) FROM waiter").fetchone()[0]
+
+    async def main():
+        task = asyncio.ensure_future(llm.get_async_model(ROUTED).prompt("Hello").text())
+        while not queued():
+            await asyncio.sleep(0.02)  # the loop keeps running while the prompt waits
+        assert accounts.requests == []
+        release(ledger_path, now=None)
+        return await asyncio.wait_for(task, 120)
+
+    assert asyncio.run(main())
+    assert queued() == 0  # admitted, its place given up
+    assert len(accounts.requests) == 1
