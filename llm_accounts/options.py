@@ -92,7 +92,7 @@ class RoutedOptions(llm.Options):
     )
     wait: Optional[float] = Field(
         description="Seconds to wait for room when only attempts in flight hold the budget "
-        f"(default {room.DEFAULT_WAIT_S:g}, or $LLM_ACCOUNTS_WAIT; 0 refuses at once)",
+        f"(default: $LLM_ACCOUNTS_WAIT, else {room.DEFAULT_WAIT_S:g}; 0 refuses at once)",
         default=None,
     )
     account: Optional[str] = Field(
