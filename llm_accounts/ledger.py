@@ -139,11 +139,7 @@ SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
        h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
        h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe,
        h.transport_failures AS h_transport, p.state AS probe_state, p.created_at AS probe_created_at,
-       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until,
-       (SELECT COALESCE(SUM(o.attempts), 0) FROM month_outcome o WHERE o.month_utc = :month
-         AND o.provider = a.provider AND o.account = a.name AND o.state = 'open') AS open_attempts,
-       (SELECT COUNT(*) FROM attempt o WHERE o.state = 'open' AND o.provider = a.provider AND o.account = a.name
-         AND o.day_utc = m.day_utc) AS day_open_attempts
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
 FROM account a
 LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
 LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
@@ -225,8 +221,6 @@ def _facts_from_row(row, now, full=True, model=None):
         ),
         in_ledger=True,
         model_record=None if model is None else _model_health_from(row, model),
-        open_attempts=row["open_attempts"] or 0,
-        day_open_attempts=row["day_open_attempts"] or 0,
     )
 
 
@@ -514,24 +508,27 @@ class Ledger:
         day_totals = (0, 0)
         if getattr(account, "daily_budget_nusd", None) is not None:
             day_totals = self._day_totals(conn, provider, f, day)
-        totals, client_open = (0, 0, 0, 0), 0
+        totals = (0, 0, 0, 0)
         if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
-            month = clock.credit_month(now)
-            totals = tuple(_client_totals(conn, provider, account.name, month, client))
-            if totals[1] or totals[3]:
-                client_open = conn.execute(
-                    """SELECT COUNT(*) FROM attempt WHERE provider = ? AND account = ? AND month_utc = ? AND client = ?
-                       AND state = 'open'""",
-                    (provider, account.name, month, client),
-                ).fetchone()[0]
+            totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
         budget = f.budget_nusd or account.budget_nusd
-        return selection.verdict(
-            account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
-            others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
-            ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
-            ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
-            client_open_attempts=client_open,
-        )
+
+        def ask(f, client_open=0):
+            return selection.verdict(
+                account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
+                others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
+                ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
+                ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
+                client_open_attempts=client_open,
+            )
+
+        verdict = ask(f)
+        if verdict.limit is not None and verdict.limit.held:
+            # A budget refusal names how many attempts hold the ceilings in flight: counted here,
+            # on the refusal's path only, so an admission reads no attempt rows.
+            f, client_open = _open_counts(conn, provider, account.name, f, clock.credit_month(now), day, client)
+            verdict = ask(f, client_open)
+        return verdict
 
     def _day_totals(self, conn, provider, f, day):
         if f.day_utc == day:
@@ -1436,6 +1433,18 @@ def _queue(conn, provider, waiter, own, account, quote, now):
         (waiter, provider, account, quote.requested_model, quote.ceiling_nusd, clock.isoformat(now),
          clock.isoformat(expires)),
     )
+
+
+def _open_counts(conn, provider, name, f, month, day, client):
+    """``facts`` with how many open attempts the account has this period and today, and how many
+    of them are ``client``'s (None: 0)."""
+    month_n, day_n, client_n = conn.execute(
+        """SELECT COUNT(*), COALESCE(SUM(CASE WHEN day_utc = ? THEN 1 ELSE 0 END), 0),
+                  COALESCE(SUM(CASE WHEN client = ? THEN 1 ELSE 0 END), 0)
+           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?""",
+        (day, client, provider, name, month),
+    ).fetchone()
+    return dataclasses.replace(f, open_attempts=month_n, day_open_attempts=day_n), client_n
 
 
 def _held(verdict):

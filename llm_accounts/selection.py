@@ -205,8 +205,10 @@ class Facts:
     probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
-    open_attempts: int = 0  # attempts in flight this period, holding ``open_nusd``
-    day_open_attempts: int = 0  # those admitted on ``day_utc``, holding ``day_open_nusd``
+    # How many attempts in flight hold ``open_nusd`` this period, and those of them admitted on
+    # the day being admitted in: read only for a budget refusal's message.
+    open_attempts: int = 0
+    day_open_attempts: int = 0
 
     @property
     def spent_nusd(self):
@@ -420,10 +422,9 @@ def _limits(account, f, budget, ceiling, now, client, day_totals, client_totals,
     daily = getattr(account, "daily_budget_nusd", None)
     if daily is not None:
         day_settled, day_open = day_totals
-        day_attempts = f.day_open_attempts if f.day_utc == clock.utc_day(now) else 0
         limits.append((
             f"account '{name}'",
-            Limit("daily budget", day_settled, day_open, day_attempts, daily, ceiling, ahead_nusd, queued),
+            Limit("daily budget", day_settled, day_open, f.day_open_attempts, daily, ceiling, ahead_nusd, queued),
             (f"for {clock.utc_day(now)} UTC", clock.next_day_start(now)),
         ))
     cap = client_cap(account, client)
