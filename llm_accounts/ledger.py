@@ -420,9 +420,10 @@ class Ledger:
         now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
-        duplicate, newest, bound = conn.execute(
+        duplicate, newest, bound, waiting = conn.execute(
             """SELECT (SELECT 1 FROM attempt WHERE id = ?1), (SELECT MAX(month_utc) FROM month WHERE provider = ?2),
-                 (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2)""",
+                 (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2),
+                 (SELECT 1 FROM waiter LIMIT 1)""",
             (attempt_id, provider, scope.kind, scope.id),
         ).fetchone()
         if duplicate:
@@ -437,7 +438,7 @@ class Ledger:
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
         if moving:
             bound = None
-        older, own = _waiters(conn, provider, waiter, now)
+        older, own = _waiters(conn, provider, waiter, now) if waiting else ((), None)
         try:
             if bound is not None:
                 verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client, older)

@@ -380,11 +380,11 @@ def verdict(
             f"model {model} unavailable here until {until:%H:%M} UTC",
         )
     v.probe = gate == "probe"
-    limits = _limits(account, f, v.budget_nusd, ceiling_nusd, now, client, day_totals, client_totals, ahead, client_open_attempts)
+    limits = _limits(account, f, v.budget_nusd, ceiling_nusd, client, day_totals, client_totals, ahead, client_open_attempts)
     token_cap = client_token_cap(account, client)
     if token_cap is not None:
         if ceiling_tokens is None:
-            if all(lim.fits() for _, lim, _ in limits):
+            if all(lim.fits() for lim in limits):
                 # Unknown is never zero: without a worst case in tokens the cap cannot admit.
                 return v.refuse(
                     "unsupported_pricing",
@@ -393,49 +393,43 @@ def verdict(
                 )
         else:
             used, open_ = client_token_totals
-            lim = Limit("token cap", used, open_, client_open_attempts, token_cap, ceiling_tokens, tokens=True)
-            limits.append((f"client '{client}'", lim, (f"on account '{name}' for credit period {clock.credit_month(now)}", _period_end(now))))
-    for who, lim, (period, resets) in limits:
+            limits.append(Limit("token cap", used, open_, client_open_attempts, token_cap, ceiling_tokens, tokens=True))
+    for lim in limits:
         if not lim.fits():
             v.limit = lim
-            v.held = all(other.fits_spent() for _, other, _ in limits)
+            v.held = all(other.fits_spent() for other in limits)
+            who, period, resets = _words(lim, name, client, now)
             return v.refuse("budget_exhausted", budget_refusal(lim, who, period, resets), _reason(lim, client))
     return v
 
 
-def _period_end(now):
-    return clock.credit_period(clock.credit_month(now))[1]
-
-
-def _limits(account, f, budget, ceiling, now, client, day_totals, client_totals, ahead, client_open_attempts):
+def _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, client_open_attempts):
     """The dollar limits of one attempt, in the order they are checked: the monthly budget, the
-    daily budget, the client's cap. Each is ``(who, Limit, (period words, reset instant))``.
-    Earlier waiting prompts (``ahead``: nanodollars, how many) count against the account's budgets,
-    never a client's cap (docs/architecture.md "Waiting for room")."""
-    name, month = account.name, clock.credit_month(now)
+    daily budget, the client's cap. Earlier waiting prompts (``ahead``: nanodollars, how many)
+    count against the account's budgets, never a client's cap (docs/architecture.md "Waiting for
+    room")."""
     ahead_nusd, queued = ahead
-    limits = [(
-        f"account '{name}'",
-        Limit("budget", f.spent_nusd, f.open_nusd, f.open_attempts, budget, ceiling, ahead_nusd, queued),
-        (f"for credit period {month}", _period_end(now)),
-    )]
+    limits = [Limit("budget", f.spent_nusd, f.open_nusd, f.open_attempts, budget, ceiling, ahead_nusd, queued)]
     daily = getattr(account, "daily_budget_nusd", None)
     if daily is not None:
         day_settled, day_open = day_totals
-        limits.append((
-            f"account '{name}'",
-            Limit("daily budget", day_settled, day_open, f.day_open_attempts, daily, ceiling, ahead_nusd, queued),
-            (f"for {clock.utc_day(now)} UTC", clock.next_day_start(now)),
-        ))
+        limits.append(Limit("daily budget", day_settled, day_open, f.day_open_attempts, daily, ceiling, ahead_nusd, queued))
     cap = client_cap(account, client)
     if cap is not None:
         settled, open_ = client_totals
-        limits.append((
-            f"client '{client}'",
-            Limit("cap", settled, open_, client_open_attempts, cap, ceiling),
-            (f"on account '{name}' for credit period {month}", _period_end(now)),
-        ))
+        limits.append(Limit("cap", settled, open_, client_open_attempts, cap, ceiling))
     return limits
+
+
+def _words(lim, name, client, now):
+    """Whose limit it is, the period it covers and when that resets, for a refusal's message."""
+    month = clock.credit_month(now)
+    period_end = clock.credit_period(month)[1]
+    if lim.noun == "budget":
+        return f"account '{name}'", f"for credit period {month}", period_end
+    if lim.noun == "daily budget":
+        return f"account '{name}'", f"for {clock.utc_day(now)} UTC", clock.next_day_start(now)
+    return f"client '{client}'", f"on account '{name}' for credit period {month}", period_end
 
 
 def _reason(lim, client):
