@@ -374,6 +374,10 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     budget for the account; the daily budget, rank, weight, models and client caps may change
     at any time.
 
+    A budget, daily budget or client cap below the ceiling of a plain claude-routed prompt
+    (see 'llm accounts prices') can never admit one: the account is added with a warning that
+    names a -o max_tokens or a model that fits.
+
     \b
     Example:
         llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00
@@ -403,7 +407,23 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
         f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
+    _warn_small_limits([account])
     _warn_if_overridden()
+
+
+def _small_limits(declared):
+    """A limit below the default model's ceiling never admits a plain claude-routed prompt: said,
+    not refused (docs/pricing.md "Small budgets")."""
+    from .fits import warnings
+    from .pricing import current_revision
+
+    revision = current_revision()
+    return [line for account in declared for line in warnings(account, revision)]
+
+
+def _warn_small_limits(declared):
+    for line in _small_limits(declared):
+        click.echo(line, err=True)
 
 
 def _check_against_ledger(account):
@@ -746,7 +766,8 @@ def status(json_):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
-    previous month). "open" is the worst-case ceiling of attempts not yet settled.
+    previous month). "open" is the worst-case ceiling of attempts not yet settled. A limit below
+    the ceiling of a plain claude-routed prompt is warned about (in --json, under "warnings").
 
     \b
     Example:
@@ -781,9 +802,11 @@ def status(json_):
                 "routed": bool(declared),
                 "accounts": [{**line.as_dict(), "model_list": model_lists[line.name].as_dict()} for line in lines],
                 "warm_prefix": _warm_json(warmth),
+                "warnings": _small_limits(declared),
             }
         )
         return
+    _warn_small_limits(declared)
     if not declared:
         click.echo("No accounts declared: claude-routed sends unrouted. Ledger history:")
     if not lines:
@@ -1078,9 +1101,10 @@ def rebind(conversation_id, name, source):
     """Move a conversation to another account.
 
     A conversation never moves by itself (its prompt cache lives in one account); this moves
-    it explicitly and records the move. The next 'llm -c' uses NAME. CONVERSATION_ID must be a
-    conversation the ledger holds (one prompted through claude-routed), and NAME a declared
-    account that is not blocked.
+    it explicitly and records the move. The next 'llm -c' uses NAME. CONVERSATION_ID is a
+    conversation id or a response id from 'llm logs' (a Python prompt made without a
+    conversation is named by its response id) that the ledger holds (prompted through
+    claude-routed), and NAME a declared account that is not blocked.
 
     \b
     Example:

@@ -460,6 +460,9 @@ class Ledger:
                 # "Waiting for room").
                 _queue(conn, provider, waiter, own, bound or pinned, quote, now)
                 return _Deferred(error)
+            if own is not None:  # nothing to wait for any more: its place goes
+                conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
+                return _Deferred(error)
             raise
         if own is not None:
             conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
@@ -483,7 +486,7 @@ class Ledger:
 
     def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client, older=()):
         """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/architecture.md "Scope")."""
-        conversation = scope.id if scope.kind == "conversation" else "CONVERSATION_ID"
+        conversation = scope.id if scope.kind in ("conversation", "prompt") else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
             raise AccountsError(
                 "no_account_available",
@@ -514,21 +517,21 @@ class Ledger:
             totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
         budget = f.budget_nusd or account.budget_nusd
 
-        def ask(f, client_open=0):
+        def ask(f, counts=None):
             return selection.verdict(
                 account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
                 others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
                 ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
                 ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
-                client_open_attempts=client_open,
+                open_counts=counts,
             )
 
         verdict = ask(f)
-        if verdict.limit is not None and verdict.limit.held:
-            # A budget refusal names how many attempts hold the ceilings in flight: counted here,
-            # on the refusal's path only, so an admission reads no attempt rows.
-            f, client_open = _open_counts(conn, provider, account.name, f, clock.credit_month(now), day, client)
-            verdict = ask(f, client_open)
+        if verdict.limit is not None and verdict.limit.open:
+            # A budget refusal names how many attempts hold the open ceilings and which of them are
+            # left open with an unknown outcome (no longer in flight, so not waited for): counted
+            # here, on the refusal's path only, so an admission reads no attempt rows.
+            verdict = ask(f, _open_counts(conn, provider, account.name, clock.credit_month(now), day, client))
         return verdict
 
     def _day_totals(self, conn, provider, f, day):
@@ -991,7 +994,8 @@ class Ledger:
         """Move a conversation to another account, explicitly and on the record.
 
         ``account`` is the declared account (an Account-like); a bare name is refused, since a
-        conversation moves only to an account the declaration still holds. Refused too: a scope
+        conversation moves only to an account the declaration still holds. A conversation scope
+        may be named by the llm response id of one of its prompts (``_named_scope``). Refused too: a scope
         the ledger holds no binding for (``declaration_invalid``, without repeating its id) and a
         blocked account (``account_blocked``)."""
         check_scope(scope)
@@ -1005,9 +1009,10 @@ class Ledger:
             )
 
         def run(conn):
-            old = conn.execute(
+            bound = _named_scope(conn, scope)
+            old = None if bound is None else conn.execute(
                 "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (scope.kind, scope.id, scope.provider),
+                (bound.kind, bound.id, bound.provider),
             ).fetchone()
             if old is None:
                 # The id is not repeated: the ledger holds nothing to match it with.
@@ -1028,12 +1033,12 @@ class Ledger:
             ts = clock.isoformat(at)
             conn.execute(
                 "UPDATE binding SET account = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (name, scope.kind, scope.id, scope.provider),
+                (name, bound.kind, bound.id, bound.provider),
             )
             conn.execute(
                 """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
                    VALUES (?, 'rebind', ?, ?, 0, ?, ?, ?)""",
-                (uuid.uuid4().hex, scope.provider, name, source_ref, f"{scope.kind}:{scope.id}", ts),
+                (uuid.uuid4().hex, scope.provider, name, source_ref, f"{bound.kind}:{bound.id}", ts),
             )
             return old[0]
 
@@ -1436,21 +1441,51 @@ def _queue(conn, provider, waiter, own, account, quote, now):
     )
 
 
-def _open_counts(conn, provider, name, f, month, day, client):
-    """``facts`` with how many open attempts the account has this period and today, and how many
-    of them are ``client``'s (None: 0)."""
-    month_n, day_n, client_n = conn.execute(
-        """SELECT COUNT(*), COALESCE(SUM(CASE WHEN day_utc = ? THEN 1 ELSE 0 END), 0),
-                  COALESCE(SUM(CASE WHEN client = ? THEN 1 ELSE 0 END), 0)
-           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?""",
+def _open_counts(conn, provider, name, month, day, client):
+    """``selection.OpenCount`` per limit of account ``name``: its open attempts this period, today,
+    and ``client``'s, with those left open with an unknown outcome (a recorded outcome: no longer
+    in flight) and their ceilings (docs/architecture.md "Waiting for room")."""
+    counts = {"budget": [0, 0, 0], "daily budget": [0, 0, 0], "cap": [0, 0, 0], "token cap": [0, 0, 0]}
+    for row in conn.execute(
+        """SELECT day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
+                  COALESCE(SUM(ceiling_nusd), 0), COALESCE(SUM(ceiling_tokens), 0)
+           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?
+           GROUP BY 1, 2, 3""",
         (day, client, provider, name, month),
-    ).fetchone()
-    return dataclasses.replace(f, open_attempts=month_n, day_open_attempts=day_n), client_n
+    ):
+        today, mine, unknown, n, nusd, tokens = row[0], row[1], row[2], row[3], row[4], row[5]
+        for noun, applies, amount in (
+            ("budget", True, nusd), ("daily budget", today, nusd), ("cap", mine, nusd), ("token cap", mine, tokens),
+        ):
+            if applies:
+                counts[noun][0] += n
+                if unknown:
+                    counts[noun][1] += n
+                    counts[noun][2] += amount
+    return {noun: selection.OpenCount(*values) for noun, values in counts.items()}
 
 
 def _held(verdict):
     lim = verdict.limit
-    return selection.Held(verdict.account.name, lim.held, lim.attempts, lim.spent, lim.ahead, lim.queued)
+    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
+    return selection.Held(verdict.account.name, lim.held, in_flight, lim.spent, lim.ahead, lim.queued)
+
+
+def _named_scope(conn, scope):
+    """The bound scope ``llm accounts rebind`` names (docs/architecture.md "Scope"): a
+    conversation by its id, else the scope of the prompt whose llm response id it is (a
+    prompt without a conversation is its own scope; one in a conversation names it). None when
+    the ledger holds neither."""
+    if conn.execute(
+        "SELECT 1 FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+        (scope.kind, scope.id, scope.provider),
+    ).fetchone() is not None or scope.kind != "conversation":
+        return scope
+    row = conn.execute(
+        "SELECT scope_kind, scope_id FROM attempt WHERE llm_response_id = ? AND provider = ? LIMIT 1",
+        (scope.id, scope.provider),
+    ).fetchone()
+    return None if row is None else Scope(row[0], row[1], scope.provider)
 
 
 def _unbilled(conn, scope):

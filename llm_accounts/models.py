@@ -11,7 +11,6 @@ import os
 import re
 import sys
 import time
-import uuid
 
 import httpx
 import llm
@@ -49,8 +48,6 @@ class _Shared:
         # What llm-anthropic's entry for the same model accepts (docs/architecture.md "Model ids").
         self.capabilities = capabilities or for_model(claude_model_id)
         self.Options = options_for(self.capabilities)
-        # The scope of prompts that have no llm conversation (docs/architecture.md "Scope").
-        self.instance_id = str(uuid.uuid4())
 
     def __str__(self):
         return f"Anthropic Messages, routed across accounts: {self.model_id}"
@@ -102,7 +99,7 @@ class _Shared:
                 declaration=declaration,
                 ledger=Ledger(),
                 body=body,
-                scope=scope_for(conversation, self.instance_id),
+                scope=scope_for(conversation, getattr(response, "id", None)),
                 pinned=prompt.options.account,
                 client=prompt.options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None,
                 retries=DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries,

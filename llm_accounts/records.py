@@ -25,7 +25,7 @@ CALLER_OUTCOMES = frozenset({"cancelled", "stream_closed"})
 ERROR_TYPES = frozenset(classify.PROVIDER_ERROR_TYPES) | {"other"}
 REJECTION_CLASSES = frozenset(classify.REJECTION_CLASSES) | {"other"}
 BLOCK_REASONS = frozenset({"auth_failed", "settlement_conflict", "ceiling_exceeded", "manual"})
-SCOPE_KINDS = frozenset({"conversation", "instance"})
+SCOPE_KINDS = frozenset({"conversation", "prompt", "instance"})  # instance: rows of releases before 2026-12
 
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}")
@@ -48,8 +48,10 @@ _SOURCE = re.compile(r"[\x20-\x7e]{1,200}")
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
-    """What a binding is keyed by: ``("conversation", <llm conversation id>)`` or a private
-    ``("instance", <uuid>)`` for a prompt with no conversation (docs/architecture.md "Scope")."""
+    """What a binding is keyed by: ``("conversation", <llm conversation id>)``, or
+    ``("prompt", <llm response id>)`` for a prompt with no conversation (docs/architecture.md
+    "Scope"). Ledgers written before 2026-12 also hold ``("instance", <uuid>)``, one per model
+    object."""
 
     kind: str
     id: str
@@ -221,7 +223,7 @@ def check_month(value):
 
 def check_scope(scope):
     if getattr(scope, "kind", None) not in SCOPE_KINDS:
-        raise invalid("scope.kind", "must be 'conversation' or 'instance'")
+        raise invalid("scope.kind", "must be 'conversation', 'prompt' or 'instance'")
     check_id(scope.id, "scope.id")
     check_pattern(scope.provider, _PROVIDER, "scope.provider", "must be a provider name such as 'anthropic'")
     return scope

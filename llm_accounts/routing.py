@@ -9,16 +9,17 @@ both loops make the same ones:
   attempt as never sent without trying another account (docs/architecture.md "Key resolution");
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
   the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
+- a 500, 502, 503 or 504 is unknown (its attempt stays open) but retried on the same account, as
+  the SDK does, never moved (docs/architecture.md "Retries");
 - a refusal that only ceilings in flight caused waits for room, up to the prompt's bound, then
   says the money is held, not spent (docs/architecture.md "Waiting for room").
 """
 
 import dataclasses
-import sys
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, pricing, room, selection
+from . import catalog, classify, clock, keys, notices, pricing, room, selection
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -28,6 +29,9 @@ from .scrub import run_detector
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
 RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wait may cure
+# Unknown outcomes the SDK retries: sent again on the same account only, the failed attempt
+# keeping its ceiling (docs/architecture.md "Retries").
+RETRIED_SERVER_ERRORS = (500, 502, 503, 504)
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
 
 
@@ -77,6 +81,7 @@ class RoutedCall:
         self.retrying = None  # the account a retry goes back to
         self.pending_wait = None  # seconds the caller waits before calling begin() again
         self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
+        self.retried_error = None  # the 5xx a retry is going back for, raised if it is not admitted
         # Waiting for room: the prompt's place among waiters (docs/architecture.md "Waiting for room").
         self.room = room.Wait(wait)
         self.waiter = str(uuid.uuid4()) if wait > 0 else None
@@ -115,12 +120,13 @@ class RoutedCall:
             if self._wait_out(refusal):
                 return None
             if refusal.held:
-                raise self._held(refusal)
-            raise self._last_failure(refusal) or self._explained(refusal)
+                refusal = self._held(refusal)
+                raise self._retry_refused(refusal) or refusal
+            raise self._retry_refused(refusal) or self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)
-        self.retrying = None
+        self.retrying = self.retried_error = None
         self.records.append(
             {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
         )
@@ -188,6 +194,14 @@ class RoutedCall:
             return False
         self.retrying, self.last_retriable = account, None
         return True
+
+    def _retry_refused(self, refusal):
+        """The 5xx a retry went back for, once the ledger does not admit the retry (its own
+        open ceiling may be what fills the budget): that failure is the news, the refusal why
+        it was not retried."""
+        if self.retried_error is None:
+            return None
+        return self._noted(self.retried_error, f"the retry was refused: {refusal.code}: {refusal.message}")
 
     def _last_failure(self, refusal):
         """The failure that made a new conversation move on, once no other account can take it."""
@@ -279,6 +293,7 @@ class RoutedCall:
             self._settle(attempt.id, evidence, outcome, 0)
         else:
             self._settle(attempt.id, Unknown(outcome, failure, status), outcome, None)
+            self._held_open(attempt, outcome)
         attempt.secret = None
         detail = info.provider_error_type + (
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
@@ -300,6 +315,9 @@ class RoutedCall:
             return None
         if retriable and self._retry(attempt.account, retry_after_s):
             return None
+        if status in RETRIED_SERVER_ERRORS and self._retry(attempt.account, retry_after_s):
+            self.retried_error = error
+            return None
         return self._noted(error)
 
     def transport_failed(self, attempt, failure):
@@ -311,6 +329,7 @@ class RoutedCall:
             fate = "nothing was sent"
         else:
             self._settle(attempt.id, Unknown("transport_error", "transport"), "transport_error", None)
+            self._held_open(attempt, "transport_error")
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
@@ -346,6 +365,7 @@ class RoutedCall:
             # Unknown is never zero: incomplete usage keeps the ceiling open (docs/pricing.md
             # "What keeps an attempt open").
             self._settle(attempt.id, Unknown("usage_incomplete"), "usage_incomplete", None)
+            self._held_open(attempt, "usage_incomplete")
             if cost is not None:
                 raise AccountsError(
                     "provider_error",
@@ -369,6 +389,14 @@ class RoutedCall:
         """A stream that ended without complete usage: the attempt stays open (unknown)."""
         attempt.secret = None
         self._settle(attempt.id, Unknown(outcome, failure_class), outcome, None)
+        self._held_open(attempt, outcome)
+
+    def _held_open(self, attempt, outcome):
+        """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
+        "Held open"); only once the ledger has recorded it."""
+        account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
+        automatic = notices.settles_automatically(account)
+        notices.say(notices.held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome, automatic=automatic))
 
     def routing(self, paid_by=None):
         return {
@@ -415,15 +443,17 @@ class UnroutedCall:
         pass
 
 
-def scope_for(conversation, instance_id):
-    """docs/architecture.md "Scope": the llm conversation id, else a private id per model instance."""
+def scope_for(conversation, prompt_id=None):
+    """docs/architecture.md "Scope": the llm conversation id, else a scope of this prompt's own,
+    named by its llm response id (the ``id`` ``llm logs`` shows), so prompts on one model object
+    spread across accounts and a failed account binds none but its own prompt."""
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
-    return Scope("instance", instance_id)
+    return Scope("prompt", str(prompt_id or uuid.uuid4()))
 
 
 def _to_stderr(line):
-    print(f"llm-accounts: {line}", file=sys.stderr, flush=True)
+    notices.say(f"llm-accounts: {line}")
 
 
 def _holds_nothing(text):

@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS month (
 );
 
 CREATE TABLE IF NOT EXISTS binding (
-    scope_kind  TEXT NOT NULL,      -- conversation | instance
+    scope_kind  TEXT NOT NULL,      -- conversation | prompt (instance: before 2026-12)
     scope_id    TEXT NOT NULL,
     provider    TEXT NOT NULL,
     account     TEXT NOT NULL,

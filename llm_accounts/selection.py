@@ -120,29 +120,50 @@ FREE_HELD = "llm accounts attempts --open lists them, and llm accounts reconcile
 
 
 @dataclasses.dataclass(frozen=True)
+class OpenCount:
+    """The open attempts behind a limit's open ceilings: how many, and how many of them (holding
+    ``unknown``) are left open with an unknown outcome, no longer in flight."""
+
+    attempts: int = 0
+    unknown_attempts: int = 0
+    unknown: int = 0
+
+
+NONE_OPEN = OpenCount()
+
+
+@dataclasses.dataclass(frozen=True)
 class Limit:
-    """One limit an attempt must fit: ``spent + held + ahead + ceiling <= limit`` (docs/architecture.md
-    "Waiting for room"). ``held`` is the open ceilings of ``attempts`` attempts in flight; ``ahead``
-    what older prompts waiting for this room are owed (``queued`` of them). Dollar limits count
-    nanodollars, a token cap tokens (``tokens=True``)."""
+    """One limit an attempt must fit: ``spent + open + ahead + ceiling <= limit`` (docs/architecture.md
+    "Waiting for room"). ``open`` is every open ceiling (``counted`` says by how many attempts and
+    how much of it is left open with an unknown outcome); ``ahead`` what earlier prompts waiting
+    for this room are owed (``queued`` of them). Dollar limits count nanodollars, a token cap
+    tokens (``tokens=True``)."""
 
     noun: str  # "budget", "daily budget", "cap", "token cap"
     spent: int
-    held: int
-    attempts: int
+    open: int
     limit: int
     ceiling: int
+    counted: OpenCount = NONE_OPEN
     ahead: int = 0
     queued: int = 0
     tokens: bool = False
 
+    @property
+    def held(self):
+        """Ceilings of attempts still in flight: what settling by itself frees."""
+        return self.open - self.counted.unknown
+
     def fits(self):
-        return fits(self.spent, self.held + self.ahead, self.ceiling, self.limit)
+        return fits(self.spent, self.open + self.ahead, self.ceiling, self.limit)
 
     def fits_spent(self):
         """Whether the attempt would fit once every attempt in flight settled at zero: if so, only
-        ceilings in flight (and prompts waiting before it) stand in the way, and it may wait for room."""
-        return self.spent + self.ceiling <= self.limit
+        ceilings in flight (and prompts waiting before it) stand in the way, and it may wait for
+        room. A ceiling left open with an unknown outcome counts as spent here: only evidence
+        frees it (docs/architecture.md "Attempt outcomes")."""
+        return self.spent + self.counted.unknown + self.ceiling <= self.limit
 
     def amount(self, n):
         return f"{n:,} tokens" if self.tokens else money(n)
@@ -161,8 +182,13 @@ def budget_refusal(lim, who, period, resets):
         head = f"{who} has reached its {limit} {period}"
     else:
         head = f"{who} cannot take this attempt (up to {lim.amount(lim.ceiling)}) within its {limit} {period}"
+    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
     parts = [f"{lim.amount(lim.spent)} {'used' if lim.tokens else 'spent'}",
-             f"{lim.amount(lim.held)} held by {_attempts(lim.attempts)} in flight"]
+             f"{lim.amount(lim.held)} held by {_attempts(in_flight)} in flight"]
+    if lim.counted.unknown_attempts:
+        parts.append(
+            f"{lim.amount(lim.counted.unknown)} held by {_attempts(lim.counted.unknown_attempts)} left open with an unknown outcome"
+        )
     if lim.queued:
         parts.append(f"{lim.amount(lim.ahead)} kept for {lim.queued} earlier prompt{'' if lim.queued == 1 else 's'} waiting for room")
     if lim.fits_spent():
@@ -172,7 +198,7 @@ def budget_refusal(lim, who, period, resets):
         )
     else:
         tail = f"the reset at {when(resets)} frees the spent budget; held ceilings free only when their attempts settle"
-        if lim.held:
+        if lim.open:
             tail += f" ({FREE_HELD})"
     return f"{head}: {', '.join(parts)}; {tail}"
 
@@ -205,10 +231,6 @@ class Facts:
     probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
-    # How many attempts in flight hold ``open_nusd`` this period, and those of them admitted on
-    # the day being admitted in: read only for a budget refusal's message.
-    open_attempts: int = 0
-    day_open_attempts: int = 0
 
     @property
     def spent_nusd(self):
@@ -310,7 +332,7 @@ def _no_token_room(client, used, open_, ceiling_tokens, cap):
 
 def verdict(
     account, facts, ceiling_nusd, model, now, *, client=None, others=(), day_totals=(0, 0), client_totals=(0, 0),
-    ceiling_tokens=None, client_token_totals=(0, 0), ahead=(0, 0), client_open_attempts=0,
+    ceiling_tokens=None, client_token_totals=(0, 0), ahead=(0, 0), open_counts=None,
 ):
     """May ``account`` take an attempt of ``model`` with this ceiling now? Checks, in order: the
     model, the client list, a block, the period's fixed budget and key, health (account, then this
@@ -320,8 +342,10 @@ def verdict(
     ``client_totals`` the client's ``(settled, open)`` on it this period (needed with a cap), and
     ``client_token_totals`` its ``(settled tokens, open token ceilings)`` (needed with a token cap,
     checked against ``ceiling_tokens``, the attempt's worst case in billed tokens). ``ahead`` is
-    what earlier waiting prompts are owed on the account (``ahead()``), ``client_open_attempts``
-    how many of the client's attempts hold its open ceilings.
+    what earlier waiting prompts are owed on the account (``ahead()``). ``open_counts`` maps a
+    limit's noun ("budget", "daily budget", "cap", "token cap") to ``OpenCount``: how many
+    attempts hold its open ceilings, and how much of them is left open with an unknown outcome
+    (the ledger reads it only for a budget refusal).
 
     A budget refusal sets ``limit`` (the first limit that cannot hold the attempt) and ``held``:
     whether the attempt would fit every limit once the attempts in flight settled, so it may wait
@@ -380,7 +404,8 @@ def verdict(
             f"model {model} unavailable here until {until:%H:%M} UTC",
         )
     v.probe = gate == "probe"
-    limits = _limits(account, f, v.budget_nusd, ceiling_nusd, client, day_totals, client_totals, ahead, client_open_attempts)
+    counts = open_counts or {}
+    limits = _limits(account, f, v.budget_nusd, ceiling_nusd, client, day_totals, client_totals, ahead, counts)
     token_cap = client_token_cap(account, client)
     if token_cap is not None:
         if ceiling_tokens is None:
@@ -393,7 +418,7 @@ def verdict(
                 )
         else:
             used, open_ = client_token_totals
-            limits.append(Limit("token cap", used, open_, client_open_attempts, token_cap, ceiling_tokens, tokens=True))
+            limits.append(Limit("token cap", used, open_, token_cap, ceiling_tokens, counts.get("token cap", NONE_OPEN), tokens=True))
     for lim in limits:
         if not lim.fits():
             v.limit = lim
@@ -403,21 +428,23 @@ def verdict(
     return v
 
 
-def _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, client_open_attempts):
+def _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, counts):
     """The dollar limits of one attempt, in the order they are checked: the monthly budget, the
     daily budget, the client's cap. Earlier waiting prompts (``ahead``: nanodollars, how many)
     count against the account's budgets, never a client's cap (docs/architecture.md "Waiting for
     room")."""
     ahead_nusd, queued = ahead
-    limits = [Limit("budget", f.spent_nusd, f.open_nusd, f.open_attempts, budget, ceiling, ahead_nusd, queued)]
+    limits = [Limit("budget", f.spent_nusd, f.open_nusd, budget, ceiling, counts.get("budget", NONE_OPEN), ahead_nusd, queued)]
     daily = getattr(account, "daily_budget_nusd", None)
     if daily is not None:
         day_settled, day_open = day_totals
-        limits.append(Limit("daily budget", day_settled, day_open, f.day_open_attempts, daily, ceiling, ahead_nusd, queued))
+        limits.append(
+            Limit("daily budget", day_settled, day_open, daily, ceiling, counts.get("daily budget", NONE_OPEN), ahead_nusd, queued)
+        )
     cap = client_cap(account, client)
     if cap is not None:
         settled, open_ = client_totals
-        limits.append(Limit("cap", settled, open_, client_open_attempts, cap, ceiling))
+        limits.append(Limit("cap", settled, open_, cap, ceiling, counts.get("cap", NONE_OPEN)))
     return limits
 
 
@@ -435,9 +462,9 @@ def _words(lim, name, client, now):
 def _reason(lim, client):
     """The short form ``llm accounts ladder`` shows."""
     if lim.tokens:
-        return _no_token_room(client, lim.spent, lim.held, lim.ceiling, lim.limit)
+        return _no_token_room(client, lim.spent, lim.open, lim.ceiling, lim.limit)
     what = {"cap": f"client {client}'s cap"}.get(lim.noun, lim.noun)
-    return _no_room(what, lim.spent, lim.held + lim.ahead, lim.ceiling, lim.limit)
+    return _no_room(what, lim.spent, lim.open + lim.ahead, lim.ceiling, lim.limit)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -134,6 +134,19 @@ def test_rebind_moves_a_conversation_and_records_the_move(ledger, work, home):
     )
 
 
+def test_rebind_names_a_conversation_by_the_llm_response_id_of_one_of_its_prompts(ledger, work, home):
+    ledger.reserve(conv("c1"), "a1", quote(1), [work], llm_response_id="r1", now=T0)
+    assert ledger.rebind(conv("r1"), home, "user asked", now=T0) == "work"
+    assert ledger.reserve(conv("c1"), "a2", quote(1), [work, home], now=T0).account == "home"
+    assert row(ledger, "SELECT detail FROM adjustment WHERE kind = 'rebind'")[0] == "conversation:c1"
+
+
+def test_rebind_names_a_prompt_without_a_conversation_by_its_response_id(ledger, work, home):
+    ledger.reserve(Scope("prompt", "r1"), "a1", quote(1), [work], llm_response_id="r1", now=T0)
+    assert ledger.rebind(conv("r1"), home, "user asked", now=T0) == "work"
+    assert row(ledger, "SELECT account FROM binding WHERE scope_kind = 'prompt' AND scope_id = 'r1'")[0] == "home"
+
+
 def test_a_new_conversation_refused_unbilled_moves_to_the_next_account(ledger, work, home):
     first = ledger.reserve(conv("c1"), "a1", quote(1), [work, home], now=T0)
     ledger.settle("a1", Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited"), now=T0)

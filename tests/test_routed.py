@@ -203,16 +203,6 @@ def test_a_documented_rejection_records_type_and_class_never_text(accounts, ledg
     )
 
 
-def test_python_api_prompt_without_conversation_uses_an_instance_scope(accounts, ledger_path):
-    model = llm.get_model(MODEL)
-    assert model.prompt("One").text()
-    assert model.prompt("Two").text()
-    rows = attempts(ledger_path)
-    assert {row["scope_kind"] for row in rows} == {"instance"}
-    assert rows[0]["scope_id"] == rows[1]["scope_id"]
-    assert rows[0]["account"] == rows[1]["account"]
-
-
 def test_python_api_conversation_stays_on_one_account(accounts, ledger_path):
     conversation = llm.get_model(MODEL).conversation()
     conversation.prompt("One").text()

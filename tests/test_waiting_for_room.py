@@ -13,7 +13,7 @@ import pytest
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, NotSent, Scope
+from llm_accounts.ledger import Complete, Ledger, NotSent, Scope, Unknown
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
 from llm_accounts.selection import Held
@@ -207,3 +207,34 @@ def test_waiting_never_admits_past_the_budget(ledger, work):
     ledger.settle("a1", Complete(NANO // 2 + 1, USAGE, MODEL), now=T0)
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], waiter="w1", now=T0))
     assert error.held == ()
+
+
+# What is in flight: an attempt whose outcome is recorded unknown is no longer in flight. It keeps
+# its ceiling until evidence settles it, so waiting would not free it.
+
+
+def test_a_ceiling_left_open_with_an_unknown_outcome_is_not_waited_for(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], now=T0)
+    ledger.settle("a1", Unknown("stream_truncated"), now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(NANO // 4), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(3 * NANO // 4), [work], now=T0))
+    assert (error.code, error.held) == ("budget_exhausted", ())
+    assert "$0.25 held by 1 attempt in flight, $0.50 held by 1 attempt left open with an unknown outcome" in error.message
+
+
+def test_room_held_in_flight_beside_a_ceiling_left_open_is_waited_for(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 4), [work], now=T0)
+    ledger.settle("a1", Unknown("stream_truncated"), now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(NANO // 2), [work], now=T0))
+    assert error.held == (Held("work", NANO // 2, 1, 0),)
+
+
+def test_a_prompt_refused_by_what_it_cannot_wait_for_gives_up_its_place(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], now=T0)
+    refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(NANO), [work], waiter="w1", now=T0))
+    assert waiters(ledger) == [("w1", 1, None)]
+    ledger.settle("a1", Unknown("stream_truncated"), now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(NANO), [work], waiter="w1", now=T0))
+    assert error.held == ()
+    assert waiters(ledger) == []

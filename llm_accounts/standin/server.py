@@ -369,6 +369,8 @@ class _Exchange:
             headers.update({"retry-after": str(self.key.retry_after), "x-should-retry": "true"})
         elif behaviour == "spend_limit":
             headers = {"x-should-retry": "false"}  # a spend cap has no retry-after (section 4.1)
+        elif behaviour == "unavailable":
+            headers = {"retry-after": str(self.key.retry_after)}
         raise Refusal(status, error_type, message, details, headers)
 
     def _standing_behaviour(self):

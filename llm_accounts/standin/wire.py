@@ -19,6 +19,9 @@ ERROR_STATUS = {
     "spend_limit": (429, "rate_limit_error"),
     "overloaded": (529, "overloaded_error"),
     "api_error": (500, "api_error"),
+    "bad_gateway": (502, "api_error"),
+    "unavailable": (503, "api_error"),
+    "gateway_timeout": (504, "timeout_error"),
     "unauthorized": (401, "authentication_error"),
     "forbidden": (403, "permission_error"),
     "credit_balance_too_low": (400, "invalid_request_error"),
@@ -72,6 +75,12 @@ def behaviour_error(behaviour, *, organization, now):
         message = "Overloaded"
     elif behaviour == "api_error":
         message = "Internal server error"
+    elif behaviour == "bad_gateway":
+        message = "Bad gateway"
+    elif behaviour == "unavailable":
+        message = "Service unavailable"
+    elif behaviour == "gateway_timeout":
+        message = "Request timed out"
     elif behaviour == "unauthorized":
         message = "invalid x-api-key"
     elif behaviour == "forbidden":

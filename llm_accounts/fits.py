@@ -1,0 +1,95 @@
+"""Limits too small for the default model's ceiling, said when an account is declared
+(docs/pricing.md "Small budgets").
+
+An attempt is admitted only if its whole ceiling fits every limit, so a budget, daily budget or
+client cap below the ceiling of a plain ``claude-routed`` prompt can never admit one. That is the
+user's to decide (a small account may be meant for a small model), so ``llm accounts add`` and
+``status`` warn and never refuse, naming what would fit: a lower ``-o max_tokens`` when the
+model's window alone fits, else a model whose ceiling at its default ``max_tokens`` does.
+"""
+
+import os
+
+from .capabilities import for_model
+from .ladder import quote_for
+from .money import usd_fine
+
+
+def default_model():
+    """The model plain ``claude-routed`` sends to (``LLM_ACCOUNTS_MODEL``, else the shipped default)."""
+    from . import DEFAULT_MODEL_ENV
+    from .models import DEFAULT_MODEL
+
+    return os.environ.get(DEFAULT_MODEL_ENV) or DEFAULT_MODEL
+
+
+def warnings(account, revision, model_id=None):
+    """One ``Warning: ...`` line per limit of ``account`` below the default model's ceiling."""
+    model = revision.model(model_id or default_model())
+    if model is None or model.status == "retired" or not _serves(account, model.id):
+        return []
+    limits = [("dollars", "budget", "budget", account.budget_nusd)]
+    if account.daily_budget_nusd is not None:
+        limits.append(("dollars", "daily budget", "daily budget", account.daily_budget_nusd))
+    limits += [("dollars", f"client '{label}' cap", "cap", cap) for label, cap in account.clients]
+    limits += [("tokens", f"client '{label}' cap", "cap", cap) for label, cap in account.client_tokens]
+    quote = quote_for(model.id, revision)
+    lines = []
+    for unit, what, noun, limit in limits:
+        ceiling = _size(quote, unit)
+        if ceiling <= limit:
+            continue
+        lines.append(
+            f"Warning: account '{account.name}': its {what} of {_amount(limit, unit)} is below the "
+            f"{_ceiling(ceiling, unit)} a plain claude-routed prompt reserves ({model.id} at its default "
+            f"max_tokens {for_model(model.id).default_max_tokens:,}), so such a prompt is never admitted{' for that client' if noun == 'cap' else ' here'}; "
+            f"{_what_fits(account, revision, model, unit, limit)}, or raise the {noun}"
+        )
+    return lines
+
+
+def _what_fits(account, revision, model, unit, limit):
+    tokens = largest_max_tokens(model.id, revision, unit, limit)
+    if tokens is not None:
+        return f"-o max_tokens {tokens} or lower fits"
+    fitting = [
+        (other.status == "active", _size(quote_for(other.id, revision), unit), other.id)
+        for other in revision.models.values()
+        if other.status != "retired" and _serves(account, other.id)
+        and _size(quote_for(other.id, revision), unit) <= limit
+    ]
+    if not fitting:
+        return "no model fits it at its default max_tokens (llm accounts prices)"
+    _, ceiling, best = max(fitting)
+    return f"claude-routed/{best} fits ({_ceiling(ceiling, unit)} at its default max_tokens)"
+
+
+def largest_max_tokens(model_id, revision, unit, limit):
+    """The largest ``max_tokens`` whose ceiling fits ``limit``, or None when even 1 does not
+    (the ceiling grows with max_tokens, so a binary search over the quotes finds it)."""
+    if _size(quote_for(model_id, revision, max_tokens=1), unit) > limit:
+        return None
+    low, high = 1, revision.model(model_id).max_output
+    while low < high:
+        middle = (low + high + 1) // 2
+        if _size(quote_for(model_id, revision, max_tokens=middle), unit) <= limit:
+            low = middle
+        else:
+            high = middle - 1
+    return low
+
+
+def _size(quote, unit):
+    return quote.ceiling_nusd if unit == "dollars" else quote.ceiling_tokens
+
+
+def _amount(value, unit):
+    return usd_fine(value) if unit == "dollars" else f"{value:,} tokens"
+
+
+def _ceiling(value, unit):
+    return f"{usd_fine(value)} ceiling" if unit == "dollars" else f"{value:,}-token ceiling"
+
+
+def _serves(account, model_id):
+    return account.models is None or model_id in account.models

@@ -1,0 +1,122 @@
+"""A limit below the default model's ceiling is said early (docs/pricing.md "Small budgets").
+
+``llm accounts add`` and ``llm accounts status`` warn, never refuse, when a budget, daily budget or
+client cap can never admit a plain ``claude-routed`` prompt, and name what fits: a lower
+``-o max_tokens``, or a model. ``llm accounts prices`` shows every model's ceiling at its default
+``max_tokens``.
+"""
+
+import pytest
+from click.testing import CliRunner
+
+from llm_accounts import fits, pricing
+from llm_accounts.capabilities import for_model
+from llm_accounts.cli import accounts
+from llm_accounts.declarations import load_declaration
+from llm_accounts.ladder import quote_for
+from llm_accounts.money import usd_fine
+
+DEFAULT = "claude-sonnet-4-6"  # the shipped default of plain claude-routed
+
+
+def run(*args):
+    return CliRunner().invoke(accounts, list(args), catch_exceptions=False)
+
+
+@pytest.fixture(autouse=True)
+def shipped_default(monkeypatch):
+    monkeypatch.delenv("LLM_ACCOUNTS_MODEL", raising=False)
+
+
+def warned(result):
+    return [line for line in result.stderr.splitlines() if line.startswith("Warning: account")]
+
+
+def test_add_warns_when_the_budget_is_below_the_default_models_ceiling_and_names_a_model_that_fits():
+    result = run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    assert result.exit_code == 0
+    assert [account.name for account in load_declaration().accounts] == ["small"]  # added all the same
+    assert warned(result) == [
+        "Warning: account 'small': its budget of $5.00 is below the $7.92 ceiling a plain claude-routed prompt "
+        "reserves (claude-sonnet-4-6 at its default max_tokens 128,000), so such a prompt is never admitted here; "
+        "claude-routed/claude-haiku-5-5 fits ($1.16 ceiling at its default max_tokens), or raise the budget"
+    ]
+
+
+def test_add_names_the_max_tokens_that_fits_when_the_window_alone_fits():
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "7.00")
+    assert result.exit_code == 0
+    [line] = warned(result)
+    assert "its daily budget of $7.00 is below the $7.92 ceiling" in line
+    assert line.endswith("; -o max_tokens 66666 or lower fits, or raise the daily budget")
+    assert quote_for(DEFAULT, max_tokens=66666).ceiling_nusd <= 7 * 10**9 < quote_for(DEFAULT, max_tokens=66667).ceiling_nusd
+
+
+def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
+    result = run(
+        "add", "shared", "--key-env", "SHARED_KEY", "--budget", "50.00",
+        "--client-cap", "ci-bot=2.00", "--client-cap", "ci-bot=1000000tokens",
+    )
+    assert result.exit_code == 0
+    dollars, tokens = warned(result)
+    assert "its client 'ci-bot' cap of $2.00 is below the $7.92 ceiling" in dollars
+    assert "its client 'ci-bot' cap of 1,000,000 tokens is below the 1,128,000-token ceiling" in tokens
+    assert "claude-routed/claude-haiku-4-5-20251001 fits (264,000-token ceiling" in tokens
+
+
+def test_add_says_nothing_when_every_limit_fits():
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "8.00")
+    assert result.exit_code == 0
+    assert warned(result) == []
+
+
+def test_the_default_model_is_the_one_plain_claude_routed_sends_to(monkeypatch):
+    monkeypatch.setenv("LLM_ACCOUNTS_MODEL", "claude-haiku-4-5")
+    result = run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    assert warned(result) == []
+
+
+def test_an_account_that_does_not_serve_the_default_model_is_not_warned_about_it():
+    result = run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00", "--model", "claude-haiku-4-5-20251001")
+    assert result.exit_code == 0
+    assert warned(result) == []
+
+
+def test_status_warns_about_each_declared_account_and_still_shows_the_table():
+    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00")
+    result = run("status")
+    assert result.exit_code == 0
+    assert [line.split("'")[1] for line in warned(result)] == ["small"]
+    assert any(line.startswith("small ") for line in result.stdout.splitlines())
+
+
+def test_status_json_carries_the_warnings():
+    import json
+
+    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    result = run("status", "--json")
+    assert result.exit_code == 0
+    data = json.loads(result.output)
+    assert data["accounts"][0]["name"] == "small"
+    [line] = data["warnings"]
+    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $7.92 ceiling")
+
+
+def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():
+    revision = pricing.current_revision()
+    window = revision.model(DEFAULT).context_window
+    assert fits.largest_max_tokens(DEFAULT, revision, "tokens", window + 1234) == 1234
+    assert fits.largest_max_tokens(DEFAULT, revision, "tokens", window) is None
+
+
+def test_prices_shows_every_active_models_ceiling_at_its_default_max_tokens():
+    result = run("prices")
+    rows = {line.split()[0]: line.split() for line in result.output.splitlines() if line.startswith("claude-")}
+    revision = pricing.current_revision()
+    for model in revision.models.values():
+        row = rows[model.id]
+        if model.status == "retired":
+            assert row[4:6] == ["-", "-"]
+        else:
+            assert row[4:6] == [f"{for_model(model.id).default_max_tokens:,}", usd_fine(quote_for(model.id).ceiling_nusd)]
