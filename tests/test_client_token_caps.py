@@ -116,7 +116,7 @@ def test_an_unknown_outcome_keeps_its_token_ceiling(ledger):
     ledger.reserve(conv("c1"), "a1", quote(600_000), [work], client="ci", now=T0)
     assert ledger.settle("a1", Unknown("stream_truncated"), now=T0) == "still_open"
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(400_001), [work], client="ci", now=T0))
-    assert "0 tokens used, 600,000 tokens held by 1 attempt in flight" in str(error)
+    assert "0 tokens used, 0 tokens held by 0 attempts in flight, 600,000 tokens held by 1 attempt left open with an unknown outcome" in str(error)
 
 
 def test_a_refused_or_unsent_attempt_bills_no_tokens(ledger):
