@@ -159,7 +159,9 @@ def six_parallel_prompts(accounts, user_path, extra_env=None):
     migrate_logs(user_path)
     for name in ("alpha", "beta"):
         accounts.set_behaviour(name, "slow", delay=0.5)
-    processes = [start(f"Prompt {i}", extra_env=extra_env) for i in range(6)]
+    # --no-log: llm's own logs.db can stay locked past its timeout with six writers on a loaded
+    # machine; the ledger is what is under test.
+    processes = [start("--no-log", f"Prompt {i}", extra_env=extra_env) for i in range(6)]
     return [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in processes]
 
 
