@@ -37,11 +37,17 @@ select
   account.provider, account.name, account.rank, account.block_reason, account.removed_at,
   health.state, health.failure_class, health.http_status, health.since, health.last_failure_at,
   health.cooldown_until, health.probe_attempt_id,
-  probe.state as probe_state, probe.created_at as probe_created_at,
+  -- The probe in flight: an attempt admitted at or after the dwell's end with no outcome yet
+  -- (llm_accounts.health.probe_outstanding; nothing is written to admit one).
+  case when health.state = 'failing' then (
+    select max(probe.created_at) from attempt as probe
+    where probe.state = 'open' and probe.outcome is null and probe.provider = account.provider
+      and probe.account = account.name
+      and probe.created_at >= coalesce(health.cooldown_until, health.last_failure_at)
+  ) end as probe_created_at,
   coalesce(health.last_success_at, completed.last_at) as last_success_at
 from account
 left join health on health.provider = account.provider and health.account = account.name
-left join attempt as probe on probe.id = health.probe_attempt_id
 left join completed on completed.provider = account.provider and completed.account = account.name
 order by account.rank, account.name
 """
@@ -88,6 +94,9 @@ class AccountSummary:
     cooling: bool = False
     block_reason: str = None
     removed: bool = False
+    # Machines from which the account is cooling after transport failures: the path from those
+    # machines, not the account (docs/architecture.md "Failure classes and health").
+    transport_hosts: tuple = ()
     last_success_at: str = None
     colour: str = ACCOUNT_COLOURS[0]
     places: dict = dataclasses.field(default_factory=dict)  # money field -> decimal places shown
@@ -152,8 +161,10 @@ class AccountSummary:
             marks.append(("warn", "Near budget"))
         if self.daily_budget_reached:
             marks.append(("bad", "Daily budget reached"))
+        if self.transport_hosts:
+            marks.append(("warn", f"Unreachable from {', '.join(self.transport_hosts)} (transport)"))
         if self.removed:
-            marks.append(("info", "Removed"))
+            marks.append(("info", "Removed (llm accounts remove)"))
         return marks
 
     @property
@@ -200,9 +211,7 @@ def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month
             and _parse(row["cooldown_until"]) > now
         )
         record = _health_record(row)
-        probe_taken = health.probe_outstanding(
-            record, row["probe_state"] == "open", _parse_or_none(row["probe_created_at"]), now
-        )
+        probe_taken = health.probe_outstanding(record, _parse_or_none(row["probe_created_at"]), now)
         summaries[_key(row)] = AccountSummary(
             name=row["name"],
             provider=row["provider"],
@@ -538,6 +547,26 @@ async def warm_prefixes(db, params):
     return rows
 
 
+HOSTS_SQL = """
+select provider, account, host, cooldown_until from host_health
+where state = 'failing' and failure_class = 'transport'
+order by host
+"""
+
+
+async def transport_hosts(db, summaries, now):
+    """Mark each account with the machines it is cooling from after transport failures; none
+    from a ledger older than ``host_health``."""
+    tables = {row[0] for row in (await db.execute("select name from sqlite_master where type = 'table'")).rows}
+    if "host_health" not in tables:
+        return
+    by_key = {(summary.provider, summary.name): summary for summary in summaries}
+    for row in (await db.execute(HOSTS_SQL)).rows:
+        summary = by_key.get((row["provider"], row["account"]))
+        if summary is not None and row["cooldown_until"] and _parse(row["cooldown_until"]) > now:
+            summary.transport_hosts += (row["host"],)
+
+
 async def load(db, now):
     """Everything the dashboard shows for ledger database ``db`` at instant ``now``."""
     month, day = clock.credit_month(now), clock.utc_day(now)
@@ -551,6 +580,7 @@ async def load(db, now):
     summaries = summarize(
         accounts, budgets, month_spend, adjustments, daily_spend, month=month, day=day, now=now
     )
+    await transport_hosts(db, summaries, now)
     start, end = clock.credit_period(month)
     return {
         "name": db.name,

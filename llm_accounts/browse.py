@@ -58,11 +58,21 @@ def declared_keys(declaration, environ):
     declaration = dataclasses.replace(declaration, lookup=None)
     found = []
     for account in declaration.accounts:
-        try:
-            found.append(resolve_key(account.key_env, declaration, environ=environ))
-        except AccountsError:
-            continue
+        # An organization's Admin API key is a key like any other (docs/security.md "Child processes").
+        for name in filter(None, (account.key_env, account.admin_key_env)):
+            try:
+                found.append(resolve_key(name, declaration, environ=environ))
+            except AccountsError:
+                continue
     return found
+
+
+# Said where Datasette is needed and missing: the commands that work from a checkout or a wheel
+# (llm-accounts itself is not on PyPI: README "Installation").
+NOT_INSTALLED = (
+    "Datasette is not installed in llm's environment: run 'llm install datasette' "
+    "(or, in the llm-accounts checkout, llm install -e '.[datasette]')"
+)
 
 
 def datasette_installed():
@@ -146,7 +156,9 @@ def browse(ledger, *, port=DEFAULT_PORT, open_browser=False, environ=None, echo=
     environ = os.environ if environ is None else environ
     declaration = load_declaration()  # an invalid declaration refuses rather than guess key names
     env = child_environment(
-        environ, {account.key_env for account in declaration.accounts}, declared_keys(declaration, environ)
+        environ,
+        {name for account in declaration.accounts for name in (account.key_env, account.admin_key_env) if name},
+        declared_keys(declaration, environ),
     )
     check_port_free(port)
     command = datasette_command(ledger, port=port)

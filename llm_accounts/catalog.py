@@ -12,6 +12,12 @@ refreshed automatically by a background thread that a routed prompt starts: the 
 waits for it (it routes on the list it read) and the next prompt uses the new list. The thread
 resolves keys in this process exactly as an attempt does, so no key reaches ``os.environ`` or a
 child process's environment; it never raises into the prompt.
+
+The thread dies with its process, so an automatic refresh is recorded as started before it asks
+(``started_at``, ``tries``): one cut off by its process exiting is seen by the next prompt as not
+finished and retried after a ``backoff``, not by every prompt. Each account's result is saved as
+soon as it is known, and every write replaces the file whole (``paths.write_private_json``), so
+no process leaves a half-written list.
 """
 
 import contextlib
@@ -30,7 +36,7 @@ except ImportError:  # Windows
 
 from . import clock, keys, transport
 from .errors import AccountsError
-from .paths import user_dir, write_private_json
+from .paths import FileProblem, read_limited, user_dir, write_private_json
 
 log = logging.getLogger("llm_accounts.catalog")
 
@@ -39,9 +45,12 @@ PAGE_LIMIT = 1000
 MAX_PAGES = 20
 # A list older than this is refreshed in the background by the next routed prompt.
 STALE_AFTER = dt.timedelta(days=1)
-# After a failed automatic refresh, prompts wait this long before trying that account again, so a
-# refused key is not asked on every prompt.
+# After a failed or unfinished automatic refresh, prompts wait this long before trying that
+# account again, doubled for each further try in a row (at most STALE_AFTER), so a refused key or
+# a stalled GET /v1/models is not asked on every prompt.
 RETRY_AFTER = dt.timedelta(hours=1)
+# The file holds every account's list: at most MAX_PAGES x PAGE_LIMIT ids of MAX_ID_CHARS each.
+MAX_FILE_BYTES = 64 * 1024 * 1024
 
 _background = None  # the last background refresh thread started by this process
 
@@ -51,10 +60,21 @@ def cache_path():
 
 
 def load(path=None):
-    """``{account: {"models": [...], "refreshed_at": iso, ...}}``; missing or unreadable means {}."""
+    """``{account: {"models": [...], "refreshed_at": iso, ...}}``; missing or not JSON means {}.
+
+    A file that is not a regular file of at most ``MAX_FILE_BYTES`` is ``declaration_invalid``
+    (docs/security.md "Files read"): a FIFO must not hang every prompt."""
+    path = pathlib.Path(path or cache_path())
     try:
-        data = json.loads(pathlib.Path(path or cache_path()).read_text())
-    except (OSError, ValueError):
+        data = json.loads(read_limited(path, MAX_FILE_BYTES))
+    except FileNotFoundError:
+        return {}
+    except FileProblem as error:
+        raise AccountsError(
+            "declaration_invalid",
+            f"{FILENAME}: {error.reason}; remove {path} (llm accounts refresh-models writes it again)",
+        ) from None
+    except (ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -79,23 +99,60 @@ def _locked(path, purpose="edit", blocking=True):
         os.close(fd)
 
 
+def _hold(path, purpose):
+    """A descriptor holding the ``purpose`` lock beside ``path`` without waiting, or None when
+    another process holds it; ``_release`` it (any thread may). -1 where ``fcntl`` is missing."""
+    if fcntl is None:
+        return -1
+    fd = os.open(path.parent / f".{path.name}.{purpose}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _release(fd):
+    if fd is not None and fd >= 0:
+        os.close(fd)
+
+
 def _save(data, path):
     write_private_json(path, data, sort_keys=True)
 
 
-def _merge(path, changes):
-    """Apply ``{account: entry}`` to the file under its lock, keeping every other account's entry
-    (another process may have refreshed them meanwhile)."""
-    with _locked(path):
-        data = load(path)
-        data.update(changes)
-        _save(data, path)
+class Listed(list):
+    """The model ids an account listed and kept, with how many were ``dropped``."""
+
+    dropped = 0
+
+
+MAX_ID_CHARS = 128
+
+
+def kept_ids(candidates, holds):
+    """``(ids, dropped)``: the listed ids that may be stored and shown. Provider strings are
+    untrusted (docs/security.md "Provider strings"): an id holding a run of the key (``holds``,
+    ``scrub.run_detector`` on the decoded value) is dropped whole, as is one that is not a short
+    printable string; nothing of it is kept, logged or printed."""
+    ids, dropped = [], 0
+    for value in candidates:
+        if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS and value.isprintable() and not holds(value):
+            ids.append(value)
+        else:
+            dropped += 1
+    return ids, dropped
 
 
 def fetch_model_ids(secret, http, base=None):
-    """Every model id the key's organization lists, following ``has_more`` pages."""
+    """Every model id the key's organization lists, following ``has_more`` pages; a ``Listed``
+    holding only ids that ``kept_ids`` keeps."""
+    from .scrub import run_detector
+
     base = base or transport.base_url()
-    ids, after = [], None
+    holds = run_detector(secret.reveal())
+    ids, after = Listed(), None
     for _ in range(MAX_PAGES):
         params = {"limit": PAGE_LIMIT}
         if after:
@@ -111,10 +168,19 @@ def fetch_model_ids(secret, http, base=None):
                 http_status=response.status_code,
             )
         page = response.json()
-        ids.extend(item["id"] for item in page.get("data", []) if isinstance(item.get("id"), str))
+        page = page if isinstance(page, dict) else {}
+        data = page.get("data") if isinstance(page.get("data"), list) else []
+        kept, dropped = kept_ids((item.get("id") if isinstance(item, dict) else None for item in data), holds)
+        ids.extend(kept)
+        ids.dropped += dropped
         if not page.get("has_more"):
             break
-        after = page.get("last_id")
+        # The next page starts after this one's last id, sent back in the URL (which httpx logs):
+        # only an id that would itself be kept.
+        after, bad = kept_ids([page.get("last_id")], holds)
+        if bad:
+            break
+        after = after[0]
     return ids
 
 
@@ -126,7 +192,7 @@ def refresh(declaration, names=None, *, automatic=False, path=None, base=None, c
     """
     path = pathlib.Path(path or cache_path())
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
-    results, changes = {}, {}
+    results = {}
     with transport.client() as http:
         for account in wanted:
             secret = None
@@ -138,29 +204,51 @@ def refresh(declaration, names=None, *, automatic=False, path=None, base=None, c
             except Exception as error:  # transport failures: name the class, never the text
                 results[account.name] = AccountsError("transport_error", f"GET /v1/models failed ({type(error).__name__})")
             else:
-                results[account.name] = sorted(set(ids))
+                results[account.name] = Listed(sorted(set(ids)))
+                results[account.name].dropped = ids.dropped
             finally:
                 secret = None
-    at = clock.isoformat(now or clock.now())
-    previous = load(path)
-    for name, result in results.items():
-        entry = previous.get(name)
-        if isinstance(result, list):
-            changes[name] = {"models": result, "refreshed_at": at}
-        elif isinstance(entry, dict) and isinstance(entry.get("models"), list):
-            # The old list stays in force; the failure is recorded beside it.
-            changes[name] = {**entry, "failed_at": at, "error": result.code, "automatic": automatic}
-    _merge(path, changes)
+            # Saved now: a later account's request may outlive the process.
+            _record(path, account.name, results[account.name], clock.isoformat(now or clock.now()), automatic)
     return results
+
+
+def _record(path, name, result, at, automatic):
+    with _locked(path):
+        data = load(path)
+        entry = data.get(name)
+        if isinstance(result, list):
+            data[name] = {"models": result, "refreshed_at": at}
+        elif isinstance(entry, dict) and isinstance(entry.get("models"), list):
+            # The old list stays in force; the failure is recorded beside it, and the refresh has
+            # finished (its tries still count for the backoff).
+            entry = {key: value for key, value in entry.items() if key != "started_at"}
+            data[name] = {**entry, "failed_at": at, "error": result.code, "automatic": automatic}
+        else:
+            return
+        _save(data, path)
+
+
+def _mark_started(path, names, at):
+    """Record that an automatic refresh of ``names`` starts now, before anything is asked: if the
+    process exits first, the next prompt sees a refresh that did not finish."""
+    with _locked(path):
+        data = load(path)
+        for name in names:
+            entry = data[name]
+            tries = entry.get("tries")
+            data[name] = {**entry, "started_at": at, "tries": (tries if type(tries) is int and tries > 0 else 0) + 1}
+        _save(data, path)
 
 
 # Automatic refresh off the request path
 
 
 def stale_accounts(declaration, served, now):
-    """Names of declared accounts whose list is older than ``STALE_AFTER`` and that did not fail
-    an automatic refresh within ``RETRY_AFTER``. Accounts never refreshed have no list to keep
-    fresh: they serve every priced model until ``llm accounts refresh-models`` is run."""
+    """Names of declared accounts whose list is older than ``STALE_AFTER`` and whose last refresh
+    since that list (failed, or started and not finished) is older than ``backoff``. Accounts
+    never refreshed have no list to keep fresh: they serve every priced model until ``llm accounts
+    refresh-models`` is run."""
     names = []
     for account in declaration.accounts:
         entry = served.get(account.name)
@@ -169,11 +257,18 @@ def stale_accounts(declaration, served, now):
         fetched = _time(entry.get("refreshed_at"))
         if fetched is not None and now - fetched < STALE_AFTER:
             continue
-        failed = _time(entry.get("failed_at"))
-        if failed is not None and fetched is not None and failed > fetched and now - failed < RETRY_AFTER:
+        tried = [t for t in (_time(entry.get("failed_at")), _time(entry.get("started_at"))) if t is not None]
+        if fetched is not None and tried and max(tried) > fetched and now - max(tried) < backoff(entry.get("tries")):
             continue
         names.append(account.name)
     return names
+
+
+def backoff(tries):
+    """How long after its last try an account's list is tried again: ``RETRY_AFTER`` doubled for
+    each automatic try in a row after the first, at most ``STALE_AFTER``."""
+    tries = tries if type(tries) is int and tries > 1 else 1
+    return min(RETRY_AFTER * 2 ** min(tries - 1, 16), STALE_AFTER)
 
 
 def refresh_stale_in_background(declaration, served=None, now=None):
@@ -183,42 +278,53 @@ def refresh_stale_in_background(declaration, served=None, now=None):
     for ``GET /v1/models``. Anything that goes wrong is logged by class and swallowed: a prompt
     never fails because a list could not be refreshed."""
     global _background
+    lock = None
     try:
         path = cache_path()
+        now = now or clock.now()
         served = load(path) if served is None else served
-        names = stale_accounts(declaration, served, now or clock.now())
-        if not names or (_background is not None and _background.is_alive()):
+        if not stale_accounts(declaration, served, now) or (_background is not None and _background.is_alive()):
             return None
-        # Where the thread writes and whom it asks are fixed now, not when it runs.
+        lock = _hold(path, "refresh")
+        if lock is None:
+            return None  # another process is refreshing
+        # Under the lock: another process may have refreshed these, or started to, meanwhile.
+        names = stale_accounts(declaration, load(path), now)
+        if not names:
+            return None
+        # Recorded here, not in the thread: the prompt may end, and its process exit, before the
+        # thread runs. A small file write, and only when a list is due; never GET /v1/models.
+        _mark_started(path, names, clock.isoformat(now))
+        # Where the thread writes and whom it asks are fixed now, not when it runs. The thread
+        # releases the lock when it ends (or the process does, when it exits).
         thread = threading.Thread(
             target=_refresh_quietly,
-            args=(declaration, frozenset(names), path, transport.base_url(), pathlib.Path.cwd()),
+            args=(declaration, frozenset(names), path, transport.base_url(), pathlib.Path.cwd(), lock),
             name="llm-accounts-refresh-models",
             daemon=True,
         )
         thread.start()
+        lock = None
         _background = thread
         return thread
     except Exception as error:
         log.debug("automatic model list refresh not started (%s)", type(error).__name__)
         return None
+    finally:
+        _release(lock)
 
 
-def _refresh_quietly(declaration, names, path, base, cwd):
+def _refresh_quietly(declaration, names, path, base, cwd, lock):
     try:
-        with _locked(path, "refresh", blocking=False) as mine:
-            if not mine:
-                return  # another process is refreshing
-            # Another process may have refreshed these while this one waited to start.
-            names = set(names) & set(stale_accounts(declaration, load(path), clock.now()))
-            if names:
-                # Never the secret lookup command off the request path: it may wake a password
-                # manager nobody asked for. A key only it holds is recorded as credential_missing,
-                # and 'llm accounts refresh-models' (which may run it) refreshes that list.
-                quiet = dataclasses.replace(declaration, lookup=None)
-                refresh(quiet, names, automatic=True, path=path, base=base, cwd=cwd)
+        # Never the secret lookup command off the request path: it may wake a password manager
+        # nobody asked for. A key only it holds is recorded as credential_missing, and 'llm
+        # accounts refresh-models' (which may run it) refreshes that list.
+        quiet = dataclasses.replace(declaration, lookup=None)
+        refresh(quiet, names, automatic=True, path=path, base=base, cwd=cwd)
     except Exception as error:
         log.debug("automatic model list refresh failed (%s)", type(error).__name__)
+    finally:
+        _release(lock)
 
 
 def wait_for_background(timeout=None):
@@ -243,6 +349,7 @@ class ListStatus:
     failed_at: str | None = None  # the latest refresh that failed after the list was fetched
     error: str | None = None
     automatic: bool = False
+    started_at: str | None = None  # an automatic refresh that started after both and never finished
 
     def as_dict(self):
         return dataclasses.asdict(self)
@@ -252,6 +359,8 @@ class ListStatus:
         if self.models is None:
             return None
         fetched = _short(self.refreshed_at)
+        if self.started_at is not None:
+            return f"model list automatic refresh did not finish (started {_short(self.started_at)}); keeping the list from {fetched}"
         if self.failed_at is not None:
             how = "automatic refresh" if self.automatic else "refresh"
             return f"model list {how} failed ({self.error}) {_short(self.failed_at)}; keeping the list from {fetched}"
@@ -266,6 +375,8 @@ def list_status(name, served, now):
         return ListStatus(None, None, False)
     fetched, failed = _time(entry.get("refreshed_at")), _time(entry.get("failed_at"))
     failing = failed is not None and (fetched is None or failed > fetched)
+    started = _time(entry.get("started_at"))
+    unfinished = started is not None and (fetched is None or started > fetched) and (failed is None or started > failed)
     return ListStatus(
         models=len(entry["models"]),
         refreshed_at=entry.get("refreshed_at") if fetched is not None else None,
@@ -273,6 +384,7 @@ def list_status(name, served, now):
         failed_at=entry.get("failed_at") if failing else None,
         error=entry.get("error") if failing and isinstance(entry.get("error"), str) else None,
         automatic=bool(entry.get("automatic")) if failing else False,
+        started_at=entry.get("started_at") if unfinished else None,
     )
 
 

@@ -49,6 +49,11 @@ _REJECTION_TABLE = (
 )
 REJECTION_CLASSES = tuple(name for name, _ in _REJECTION_TABLE)
 
+# How the provider's 404 about a model reads ("model: <id>", or "<model> is not available. ..."
+# for a model the organization may not use); a 404 for a path ("Not Found") reads otherwise.
+_MODEL_NOT_FOUND_PREFIX = "model: "
+_MODEL_NOT_AVAILABLE = " is not available"
+
 # Documented error.details.error_code values (the Anthropic SDK 2.14 error map), read like the
 # rejection class and never stored (docs/errors.md "Rejection classes").
 ERROR_CODES = (
@@ -139,6 +144,9 @@ class ErrorInfo:
     rejection_class: str
     error_code: str | None = None
     documented: bool = False
+    # A documented not_found_error whose message is about the model ("model: <id>", "... is not
+    # available"), not a path: only that 404 cools a model (docs/errors.md "From an answer to a code").
+    names_model: bool = False
 
 
 UNREADABLE = ErrorInfo(OTHER, OTHER, None, False)
@@ -170,6 +178,17 @@ def parse_error_body(raw):
     return UNREADABLE if info is None else info
 
 
+def stream_error_info(event):
+    """Classify a mid-stream ``error`` event (already decoded by the SSE reader) like an error
+    body: the same closed-set values, the same drop rule (docs/errors.md "Provider text is
+    dropped"). An event that is not an error object gives ``other`` for both fields."""
+    try:
+        info = _info(event)
+    except Exception:  # the drop rule: nothing from the event may escape, not even in an error
+        info = None
+    return UNREADABLE if info is None else info
+
+
 def _classify(raw):
     if not isinstance(raw, (bytes, bytearray, memoryview)) or len(raw) > MAX_ERROR_BODY:
         return None
@@ -177,6 +196,10 @@ def _classify(raw):
         body = json.loads(bytes(raw))
     except (ValueError, RecursionError):
         return None
+    return _info(body)
+
+
+def _info(body):
     if not isinstance(body, dict) or not isinstance(body.get("error"), dict):
         return None
     error = body["error"]
@@ -185,12 +208,15 @@ def _classify(raw):
     message = error.get("message")
     details = error.get("details")
     code = details.get("error_code") if isinstance(details, dict) else None
+    documented = body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
     return ErrorInfo(
         provider_error_type=error_type,
         rejection_class=rejection_class_for(message),
         error_code=code if code in ERROR_CODES else None,
-        documented=(
-            body.get("type") == "error" and error_type != OTHER and isinstance(message, str)
+        documented=documented,
+        names_model=(
+            documented and error_type == "not_found_error"
+            and (message.startswith(_MODEL_NOT_FOUND_PREFIX) or _MODEL_NOT_AVAILABLE in message)
         ),
     )
 
@@ -214,25 +240,48 @@ def failure_class(http_status, info, *, transport=False):
         return "quota_exhausted"
     if info.error_code == "organization_on_hold":
         return "auth"  # the organization is disabled: the key cannot work until someone acts
+    if http_status is not None and _unexpected(http_status):
+        # The answer came from the base URL but is no answer the API documents: the account's
+        # path is failing, as with a 5xx (docs/errors.md "An unexpected status").
+        return "provider_outage"
     if http_status is None or 200 <= http_status < 300:
         return _CLASS_FOR_STREAM_TYPE.get(info.provider_error_type, "semantic")
     if http_status == 429:
         return "rate_limited"
     if http_status in (401, 403):
         return "auth"
-    if http_status == 404 and info.provider_error_type == "not_found_error":
+    if http_status == 404 and info.names_model:
         return "model_unavailable"
     if 500 <= http_status < 600:
         return "provider_outage"
     return "semantic"
 
 
+def _unexpected(http_status):
+    """A status other than 200, 4xx and 5xx: a 1xx or 3xx httpx hands back, a 2xx other than 200,
+    or one past 599."""
+    return http_status != 200 and not 400 <= http_status < 600
+
+
+def stream_error_code(failure_class):
+    """The AccountsError code for a stream that ended with an ``error`` event of ``failure_class``:
+    the class's own code when it names the account's state (blocked, rate limited, out of
+    credit), else ``provider_error`` (docs/errors.md "From an answer to a code")."""
+    if failure_class in ("auth", "rate_limited", "quota_exhausted"):
+        return _ERROR_CODE_FOR[failure_class]
+    return "provider_error"
+
+
 def outcome_for_status(http_status):
-    """The attempt outcome for a failed HTTP status (docs/architecture.md "Attempt outcomes")."""
+    """The attempt outcome for any HTTP status but 200 (docs/architecture.md "Attempt outcomes").
+
+    A status the API does not document (``_unexpected``) is ``provider_error``: the request may
+    have been processed, so its attempt stays open with its ceiling (docs/errors.md "An
+    unexpected status"). 200 and a non-integer are refused; no caller passes either."""
     if isinstance(http_status, bool) or not isinstance(http_status, int):
         raise ValueError("http_status must be an integer")
-    if 200 <= http_status < 300:
-        raise ValueError("a 2xx status is not a failure")
+    if http_status == 200:
+        raise ValueError("200 is not a failure")
     if http_status == 429:
         return "rate_limited"
     if http_status == 529:

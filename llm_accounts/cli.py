@@ -137,8 +137,9 @@ def standin(port, config_path, host):
 
     Without --config it serves the built-in demo configuration: two keys, labels alpha and beta,
     behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
-    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed), ready for 'llm accounts add alpha
-    --key-env STANDIN_ALPHA_KEY --budget 5.00'.
+    STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed) once it listens, ready for 'llm
+    accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00' (a budget above the default
+    model's $7.92 ceiling). A stand-in that cannot listen leaves the stored keys alone.
 
     Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
     key without it wherever it appears in a reply, which garbles text when the key begins with
@@ -147,34 +148,53 @@ def standin(port, config_path, host):
     \b
     Example:
         llm accounts standin --port 8765
+        llm accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00
         LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:8765 llm -m claude-routed "hi"
         llm accounts standin --port 8765 --config standin.json
     """
-    from .standin import ConfigError, is_loopback, load_config, serve
+    import errno
+
+    from .errors import AccountsError
+    from .standin import ConfigError, StandIn, is_loopback, load_config, serve
 
     if not is_loopback(host):
         fail("--host: must be a loopback address (127.0.0.0/8, localhost or ::1)")
-    described = None
-    if config_path is None:
+    demo = config_path is None
+    if demo:
         from .standin import demo_config
 
-        config, described = demo_config()
+        config = demo_config()
     else:
         try:
             config = load_config(config_path)
         except ConfigError as error:
             fail(error)
 
-    def ready(base_url):
-        click.echo(base_url)
-        if described:
-            click.echo(described, err=True)
-        click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
-
     try:
-        serve(config, host, port, on_ready=ready)
+        server = StandIn(config, host, port)
     except OSError as error:
-        fail(f"--port: cannot listen on {host}:{port} ({error.strerror or 'address unavailable'})")
+        where = f"--port: {host}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            kept = "; the stored demo keys were left as they are" if demo else ""
+            fail(AccountsError(
+                "declaration_invalid",
+                f"{where} is already in use (another stand-in may be serving there: use its URL, or choose another "
+                f"--port; 0 picks a free one){kept}",
+            ))
+        fail(AccountsError("declaration_invalid", f"{where}: cannot listen there ({error.strerror or 'address unavailable'})"))
+    if demo:
+        from .standin.demo import description, store_demo_keys
+
+        try:
+            store_demo_keys(config)  # only now that the port is ours: a taken one changes nothing
+        except ConfigError as error:
+            server.stop()
+            fail(error)
+    click.echo(server.base_url)
+    if demo:
+        click.echo(description(server.base_url), err=True)
+    click.echo("Messages API stand-in running; Ctrl-C to stop", err=True)
+    serve(server)
 
 
 @accounts.command()
@@ -198,7 +218,7 @@ def browse(port, open_browser):
     from .paths import ledger_path
 
     if not browsing.datasette_installed():
-        fail("Datasette is not installed: run 'llm install datasette' (or pip install 'llm-accounts[datasette]')")
+        fail(browsing.NOT_INSTALLED)
     try:
         status = browsing.browse(ledger_path(), port=port, open_browser=open_browser, echo=click.echo)
     except AccountsError as error:
@@ -358,8 +378,10 @@ def _warn_if_overridden():
     "(ci-bot=2000000tokens); repeatable, and one of each gives a client both caps",
 )
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
-@click.option("--replace", is_flag=True, help="Change an existing account of this name")
-def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, replace):
+@click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key, to settle unknown outcomes from its usage report")
+@click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...; an id, not a secret)")
+@click.option("--replace", is_flag=True, help="Declare an existing account of this name anew (settings not given return to their defaults)")
+def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, replace):
     """Declare an account in accounts.json in the llm user directory.
 
     The key itself is never written: KEY_ENV names where to find it at call time
@@ -368,6 +390,10 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     A client label comes from '-o client NAME' or LLM_ACCOUNTS_CLIENT; --client-cap limits
     what that client may spend on this account each credit period, in dollars (LABEL=USD) or
     in billed tokens (LABEL=<N>tokens: input, cache writes, cache reads and output), or both.
+
+    --replace declares an existing account anew: a setting it is not given returns to its
+    default, and it says which ones changed. To change some settings and keep the rest, use
+    'llm accounts set'.
 
     The first attempt of a credit period fixes the account's monthly budget and key_env until
     the period ends, so --replace with another --budget is refused while this period holds a
@@ -385,13 +411,16 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         llm accounts add shared --key-env SHARED_KEY --budget 20.00 \\
           --client-cap ci-bot=5.00 --client-cap ci-bot=2000000tokens \\
           --client-cap alice=10.00 --clients-only
+        llm accounts add work --key-env WORK_ANTHROPIC_KEY --budget 50.00 \\
+          --admin-key-env WORK_ADMIN_KEY --api-key-id apikey_01Rj2N8SVvo6BePZj99NhmiT
     """
     from .declarations import account_from_options, add_account, usd_text
     from .errors import AccountsError
 
     try:
         account = account_from_options(
-            name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only
+            name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only,
+            admin_key_env=admin_key_env, api_key_id=api_key_id,
         )
         _check_against_ledger(account)
         path, replaced = add_account(account, replace=replace)
@@ -407,7 +436,86 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
         f"{'Replaced' if replaced else 'Added'} account {account.name}: key from {account.key_env}, "
         f"budget ${usd_text(account.budget_nusd)} a month{daily}{caps} ({path})"
     )
+    if replaced is not None:
+        _echo_changes(replaced, account)
+        click.echo("  (--replace returns every setting not given to its default; 'llm accounts set' changes only the ones given)")
     _warn_small_limits([account])
+    _warn_if_overridden()
+
+
+def _echo_changes(old, new):
+    from .declarations import describe_changes
+
+    for field, before, after in describe_changes(old, new):
+        click.echo(f"  {field}: {before} -> {after}")
+
+
+@accounts.command(name="set")
+@click.argument("name")
+@click.option("--budget", metavar="USD", help="Monthly budget in US dollars (fixed for a credit period once it is spent from)")
+@click.option("--daily-budget", metavar="USD", help="Daily (UTC) budget in US dollars")
+@click.option("--rank", metavar="N", help="Preference tier, 0 or more; lower is tried first")
+@click.option("--weight", metavar="N", help="Share among accounts of the same rank, 1 or more")
+@click.option("models", "--model", multiple=True, metavar="ID", help="A model this account may serve (repeatable; replaces the list)")
+@click.option(
+    "client_caps",
+    "--client-cap",
+    multiple=True,
+    metavar="LABEL=USD|LABEL=<N>tokens",
+    help="Set one client's dollar or token cap, keeping its other cap and other clients' (repeatable)",
+)
+@click.option("remove_clients", "--remove-client", multiple=True, metavar="LABEL", help="Remove a client's caps (repeatable)")
+@click.option(
+    "--clients-only/--all-clients",
+    default=None,
+    help="Serve only the clients with a cap, or every client",
+)
+@click.option(
+    "clear",
+    "--clear",
+    multiple=True,
+    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps"]),
+    help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps (repeatable)",
+)
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, clear):
+    """Change some settings of a declared account in accounts.json and keep the others.
+
+    Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
+    (declare a new account for another key). The monthly budget is fixed once a credit period
+    has spent from it, so another --budget is refused until the period ends; the daily budget,
+    rank, weight, models and client caps may change at any time.
+
+    \b
+    Example:
+        llm accounts set work --daily-budget 5.00 --rank 1
+        llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
+        llm accounts set work --clear daily-budget --clear models
+    """
+    from .declarations import changed_settings, set_account
+    from .errors import AccountsError
+
+    given = (budget, daily_budget, rank, weight, clients_only)
+    if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
+        fail(AccountsError(
+            "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
+        ))
+
+    def change(account):
+        return changed_settings(
+            account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
+            client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only, clear=clear,
+        )
+
+    try:
+        path, old, new = set_account(name, change, check=_check_against_ledger)
+    except AccountsError as error:
+        fail(error)
+    if new == old:
+        click.echo(f"Account {new.name} is unchanged: its settings already are these ({path})")
+    else:
+        click.echo(f"Changed account {new.name} in {path}:")
+        _echo_changes(old, new)
+        _warn_small_limits([new])
     _warn_if_overridden()
 
 
@@ -444,7 +552,8 @@ def _check_against_ledger(account):
 def remove(name):
     """Remove an account from accounts.json.
 
-    Its ledger history is kept.
+    Its ledger history is kept, and the ledger marks it removed (the dashboard shows it so) until
+    it is declared and used again.
 
     \b
     Example:
@@ -458,7 +567,25 @@ def remove(name):
     except AccountsError as error:
         fail(error)
     click.echo(f"Removed account {name} ({path})")
+    _mark_removed(name)
     _warn_if_overridden()
+
+
+def _mark_removed(name):
+    """Set the ledger's ``account.removed_at`` (docs/architecture.md "Ledger"); a missing ledger
+    is not created for this, and a ledger that cannot be written leaves a warning, not a failure:
+    the declaration is already gone."""
+    from .errors import AccountsError
+    from .ledger import Ledger
+    from .paths import ledger_path
+
+    if not ledger_path().exists():
+        return
+    try:
+        with Ledger() as ledger:
+            ledger.mark_removed(name)
+    except AccountsError as error:
+        click.echo(f"Warning: {error} (the ledger does not mark account {name} removed)", err=True)
 
 
 def _source_text(declaration):
@@ -794,7 +921,10 @@ def status(json_):
     # Each account's model list: when it was fetched, and a refresh that failed (llm_accounts.catalog).
     from . import catalog, clock
 
-    served, at = catalog.load(), clock.now()
+    try:
+        served, at = catalog.load(), clock.now()
+    except AccountsError as error:
+        fail(error)
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     if json_:
         echo_json(
@@ -868,6 +998,16 @@ def status(json_):
         click.echo("\n" + _warm_line(warmth))
     first = lines[0]
     click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+    # The usage-report pass that runs after prompts says nothing in a prompt; its failure is said here.
+    if any(account.admin_key_env for account in declared):
+        from . import provider_pass
+
+        try:
+            note = provider_pass.status_note(provider_pass.load_state())
+        except AccountsError as error:
+            fail(error)
+        if note:
+            click.echo(note)
 
 
 def _warm_json(warmth):
@@ -1019,32 +1159,67 @@ def unblock(name, source, adjustment_id):
 
 
 @accounts.command()
-@click.argument("attempt_id")
-@click.option("--cost", required=True, metavar="USD", help="What the attempt really cost, in US dollars (0 allowed)")
-@click.option("--source", required=True, metavar="REF", help="Where the figure comes from (console usage page, invoice line)")
+@click.argument("args", nargs=-1, metavar="[ATTEMPT_ID | USD...]")
+@click.option("--cost", metavar="USD", help="What the attempt really cost, in US dollars (0 allowed); with --open, each open attempt's cost")
+@click.option("--source", metavar="REF", help="Where the figure comes from (console usage page, invoice line)")
 @click.option("adjustment_id", "--id", metavar="ID", help="Adjustment id (default: a new one)")
-def reconcile(attempt_id, cost, source, adjustment_id):
-    """Settle an open attempt at a known cost, recorded with its source.
+@click.option("open_", "--open", is_flag=True, help="Settle every open attempt of --account, oldest first: one USD each, or --cost for all")
+@click.option("--account", metavar="NAME", help="The account whose open attempts --open or --from-provider settles")
+@click.option("--from-provider", is_flag=True, help="Settle open attempts from the organization's usage report (needs admin_key_env)")
+@click.option("json_", "--json", is_flag=True, help="With --from-provider: what was settled and what was kept open, as JSON")
+def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, json_):
+    """Settle open attempts at a known cost, each recorded with its source.
 
     Use it for attempts left open by an unknown outcome (5xx, a broken stream, a killed
     process): until then their ceiling counts against the budget. A settled cost is never
     rewritten; use 'llm accounts adjust' for corrections. ATTEMPT_ID may be a unique prefix
     of the id (at least 4 characters).
 
+    --open --account NAME settles every open attempt of NAME at once, oldest first (the
+    order of 'llm accounts attempts --open --account NAME', read from the bottom): one USD
+    amount each, or --cost for all of them. Each is its own sourced reconciliation.
+
+    --from-provider reads the usage report of each account that declares admin_key_env and
+    settles an open attempt only where the report leaves no doubt; it says which attempts
+    stay open and why (docs/architecture.md "Settling from the provider"). The same pass
+    also runs by itself after routed prompts.
+
     \b
     Example:
         llm accounts attempts --open
         llm accounts reconcile 0f6c3a52 --cost 0.0412 --source "console usage 2026-11-03"
+        llm accounts reconcile --open --account work 0.0412 0 --source "console usage 2026-11-03"
+        llm accounts reconcile --open --account work --cost 0 --source "console: nothing billed 2026-11-03"
+        llm accounts reconcile --from-provider --account work
     """
+    from .errors import AccountsError
+
+    if from_provider:
+        if args or cost is not None or source is not None or open_ or adjustment_id is not None:
+            fail(AccountsError("declaration_invalid", "--from-provider: takes no ATTEMPT_ID, USD, --cost, --source, --open or --id; the report is the source"))
+        _reconcile_from_provider(account, json_)
+        return
+    if json_:
+        fail(AccountsError("declaration_invalid", "--json: goes with --from-provider"))
+    if source is None:
+        fail(AccountsError("declaration_invalid", "--source: is required: name where the figure comes from, such as \"console usage 2026-11-03\""))
+    if open_:
+        _reconcile_open(account, args, cost, source, adjustment_id)
+        return
+    if account is not None:
+        fail(AccountsError("declaration_invalid", "--account: goes with --open or --from-provider"))
+    if len(args) != 1:
+        fail(AccountsError("declaration_invalid", "ATTEMPT_ID: give exactly one attempt id, or --open --account NAME for several"))
+    if cost is None:
+        fail(AccountsError("declaration_invalid", "--cost: is required: what the attempt really cost in US dollars, such as 0.0412 or 0"))
     import uuid
 
-    from .errors import AccountsError
     from .money import usd
 
     nusd = _usd_option(cost, "--cost", allow_zero=True)
     try:
         ledger = _ledger()
-        attempt_id = ledger.resolve_attempt_id(attempt_id)
+        attempt_id = ledger.resolve_attempt_id(args[0])
         result = ledger.reconcile(adjustment_id or uuid.uuid4().hex, attempt_id, nusd, source)
     except AccountsError as error:
         fail(error)
@@ -1052,6 +1227,210 @@ def reconcile(attempt_id, cost, source, adjustment_id):
         click.echo(f"Attempt {attempt_id} was already reconciled with this id")
     else:
         click.echo(f"Attempt {attempt_id} settled at {usd(nusd, 4)}")
+
+
+def _reconcile_open(account, amounts, cost, source, adjustment_id):
+    """``reconcile --open --account NAME``: every open attempt of NAME, oldest first, each its own
+    sourced reconciliation. The amounts are all checked before anything is written."""
+    import uuid
+
+    from .errors import AccountsError
+    from .money import usd
+
+    if account is None:
+        fail(AccountsError("declaration_invalid", "--open: needs --account NAME (the account whose open attempts to settle)"))
+    if adjustment_id is not None:
+        fail(AccountsError("declaration_invalid", "--id: names one reconciliation; --open records one per attempt with ids of its own"))
+    if (cost is None) == (not amounts):
+        fail(AccountsError("declaration_invalid", "USD: give one amount per open attempt, oldest first, or --cost for all of them (not both)"))
+    ledger = _ledger()
+    try:
+        name = _known_account(ledger, account)
+        name = getattr(name, "name", name)
+        rows = ledger.open_attempts(account=name)
+    except AccountsError as error:
+        fail(error)
+    if not rows:
+        click.echo(f"Account {name} has no open attempts")
+        return
+    if amounts and len(amounts) != len(rows):
+        shown = ", ".join(row["id"][:8] for row in rows[:10]) + (", ..." if len(rows) > 10 else "")
+        fail(AccountsError(
+            "declaration_invalid",
+            f"USD: account {name} has {len(rows)} open attempt{'s' if len(rows) != 1 else ''} ({shown}, oldest first) "
+            f"and {len(amounts)} amount{'s were' if len(amounts) != 1 else ' was'} given; give one each or --cost for all "
+            f"(see llm accounts attempts --open --account {name})",
+        ))
+    costs = [_usd_option(text, f"USD <entry {n}>", allow_zero=True) for n, text in enumerate(amounts, start=1)]
+    if not amounts:
+        costs = [_usd_option(cost, "--cost", allow_zero=True)] * len(rows)
+    failed = 0
+    for row, nusd in zip(rows, costs):
+        try:
+            ledger.reconcile(uuid.uuid4().hex, row["id"], nusd, source)
+        except AccountsError as error:
+            failed += 1
+            click.echo(f"Attempt {row['id']} not settled: {error}", err=True)
+            continue
+        click.echo(f"Attempt {row['id']} settled at {usd(nusd, 4)}")
+    if failed:
+        fail(AccountsError("settlement_conflict", f"{failed} of {len(rows)} open attempts of {name} were not settled (see above); the others were"))
+
+
+def _reconcile_from_provider(account, json_):
+    from . import provider_pass
+    from .declarations import load_declaration
+    from .errors import AccountsError
+    from .money import usd_fine
+
+    try:
+        declaration = load_declaration()
+    except AccountsError as error:
+        fail(error)
+    names = None
+    if account is not None:
+        if account not in {a.name for a in declaration.accounts}:
+            fail(AccountsError("not_found", "--account: names no declared account (see llm accounts list)"))
+        names = {account}
+    if not any(a.admin_key_env for a in declaration.accounts if names is None or a.name in names):
+        fail(AccountsError(
+            "declaration_invalid",
+            "--from-provider: no account declares admin_key_env, so no usage report can be read; "
+            "add it with llm accounts add NAME ... --admin-key-env VAR --replace (docs/architecture.md \"Settling from the provider\")",
+        ))
+    ledger = _ledger()
+    try:
+        results = provider_pass.settle_from_provider(declaration, ledger, names)
+    except AccountsError as error:
+        fail(error)
+    if json_:
+        echo_json([result.as_dict() for result in results])
+    else:
+        for result in results:
+            if result.skipped:
+                click.echo(f"{result.account}: not read ({result.skipped})")
+                continue
+            if result.error is not None:
+                click.echo(f"{result.account}: usage report not read: {result.error}")
+                continue
+            total = sum(s.cost_nusd for s in result.settled)
+            click.echo(
+                f"{result.account}: {len(result.settled)} settled ({usd_fine(total)}) from the usage report, "
+                f"{len(result.kept)} kept open"
+            )
+            for settled in result.settled:
+                click.echo(f"  {settled.attempt_id} settled at {usd_fine(settled.cost_nusd)} ({settled.source_ref})")
+            for kept in result.kept:
+                click.echo(f"  {kept.attempt_id} kept open ({kept.reason}): {kept.message}")
+    errors = [r for r in results if r.error is not None]
+    if errors:
+        first = errors[0].error
+        fail(AccountsError(first.code, f"could not read the usage report of {', '.join(r.account for r in errors)}; their open attempts stay open"))
+
+
+@accounts.command()
+@click.option("--from-provider", is_flag=True, help="Compare with the organization's usage and cost reports (needs admin_key_env)")
+@click.option("--account", metavar="NAME", help="Only this account (with --from-provider)")
+@click.option("--days", default=7, show_default=True, type=click.IntRange(1, 31), help="UTC days to compare, up to today")
+@click.option("json_", "--json", is_flag=True, help="Output as JSON")
+def audit(from_provider, account, days, json_):
+    """Check the ledger: its running totals against its rows, or (--from-provider) its spend
+    against the provider's own reports.
+
+    With --from-provider, for each account and UTC day: the ledger's settled spend beside the
+    usage the organization's usage report shows on the account's key, priced at the shipped
+    prices ('outside' is spend that never went through the ledger: another tool on the same
+    key, or attempts still open). For each organization and day: the cost report (what was
+    billed) beside all its usage at the shipped prices ('drift' means the shipped prices
+    disagree with the bill) and usage on keys no account declares (the console, other tools).
+    See docs/architecture.md "Auditing against the bill".
+
+    \b
+    Example:
+        llm accounts audit
+        llm accounts audit --from-provider --days 3
+        llm accounts audit --from-provider --account work --json
+    """
+    from .errors import AccountsError
+
+    if not from_provider:
+        if account is not None:
+            fail(AccountsError("declaration_invalid", "--account: goes with --from-provider"))
+        ledger = _ledger()
+        try:
+            problems = ledger.audit()
+        except AccountsError as error:
+            fail(error)
+        if json_:
+            echo_json({"problems": problems})
+        elif problems:
+            for line in problems:
+                click.echo(line)
+        else:
+            click.echo("The ledger's running totals match its attempt rows")
+        if problems:
+            fail(AccountsError("ledger_unavailable", f"{len(problems)} running totals differ from the attempt rows (see above)"))
+        return
+    _audit_from_provider(account, days, json_)
+
+
+def _audit_from_provider(account, days, json_):
+    from . import provider_audit
+    from .declarations import load_declaration
+    from .errors import AccountsError
+    from .money import usd_fine
+
+    try:
+        declaration = load_declaration()
+    except AccountsError as error:
+        fail(error)
+    names = None
+    if account is not None:
+        if account not in {a.name for a in declaration.accounts}:
+            fail(AccountsError("not_found", "--account: names no declared account (see llm accounts list)"))
+        names = {account}
+    if not any(a.admin_key_env for a in declaration.accounts if names is None or a.name in names):
+        fail(AccountsError(
+            "declaration_invalid",
+            "--from-provider: no account declares admin_key_env, so no report can be read; "
+            "add it with llm accounts add NAME ... --admin-key-env VAR --replace (docs/architecture.md \"Auditing against the bill\")",
+        ))
+    ledger = _ledger()
+    try:
+        account_days, organization_days, errors = provider_audit.audit_from_provider(declaration, ledger, names, days=days)
+    except AccountsError as error:
+        fail(error)
+
+    def money(value):
+        return "?" if value is None else usd_fine(value)
+
+    if json_:
+        echo_json({
+            "accounts": [row.as_dict() for row in account_days],
+            "organizations": [row.as_dict() for row in organization_days],
+            "errors": [{"accounts": who, "code": error.code, "message": error.message} for who, error in errors],
+        })
+    else:
+        if account_days:
+            table = [("account", "day (UTC)", "ledger", "usage report", "outside ledger", "open")]
+            for row in account_days:
+                table.append((row.account, row.day, money(row.ledger_nusd), money(row.usage_nusd),
+                              money(row.outside_nusd) if row.outside_nusd else ("" if row.outside_nusd == 0 else "?"),
+                              str(row.open_attempts or "")))
+            _table(table)
+            click.echo()
+        if organization_days:
+            table = [("organization of", "day (UTC)", "billed", "usage at shipped prices", "price drift", "undeclared keys")]
+            for row in organization_days:
+                table.append((",".join(row.accounts), row.day, money(row.billed_nusd), money(row.usage_nusd),
+                              money(row.drift_nusd) if row.drift_nusd else ("" if row.drift_nusd == 0 else "?"),
+                              money(row.undeclared_nusd) if row.undeclared_nusd else ""))
+            _table(table)
+        for names_, error in errors:
+            click.echo(f"{', '.join(names_)}: reports not read: {error}")
+    if errors:
+        first = errors[0][1]
+        fail(AccountsError(first.code, f"could not read the reports of {', '.join(n for names_, _ in errors for n in names_)}"))
 
 
 @accounts.command()
@@ -1167,14 +1546,16 @@ def refresh_models(names, json_):
     if json_:
         echo_json(
             {
-                name: ({"models": value} if isinstance(value, list) else {"error": value.code})
+                name: (_listed_json(value) if isinstance(value, list) else {"error": value.code})
                 for name, value in results.items()
             }
         )
     else:
         for name, value in results.items():
             if isinstance(value, list):
-                click.echo(f"{name}: {len(value)} models")
+                dropped = getattr(value, "dropped", 0)
+                note = f" ({dropped} id{'s' if dropped > 1 else ''} dropped: they held a run of the account's key or were not ids)" if dropped else ""
+                click.echo(f"{name}: {len(value)} models{note}")
             else:
                 click.echo(f"{name}: not refreshed: {value}", err=True)
     if failed:
@@ -1183,6 +1564,12 @@ def refresh_models(names, json_):
             f"could not refresh the model list of account{'s' if len(failed) > 1 else ''} {', '.join(failed)}; "
             "each keeps its previous list (see llm accounts status)",
         ))
+
+
+def _listed_json(ids):
+    """A refreshed list as JSON: its ids, and how many were dropped (catalog.kept_ids) if any."""
+    dropped = getattr(ids, "dropped", 0)
+    return {"models": list(ids), **({"dropped": dropped} if dropped else {})}
 
 
 @accounts.command()

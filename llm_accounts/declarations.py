@@ -27,7 +27,7 @@ except ImportError:  # Windows
 
 from .errors import AccountsError
 from .money import INT64_MAX, NANO, parse_usd
-from .paths import write_private_json
+from .paths import FileProblem, read_limited, write_private_json
 
 VARIABLE = "ANTHROPIC_ACCOUNTS"
 ACCOUNTS_FILE = "accounts.json"
@@ -38,6 +38,9 @@ NAME_RULE = re.compile(r"[a-z][a-z0-9_-]{0,31}")
 # unchanged as the environment variable, the dotenv key, the `llm keys` name and the lookup's
 # {name}.
 KEY_ENV_RULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+# The Admin API's API key ids ("apikey_01Rj2N8SVvo6BePZj99NhmiT"): an id, not a secret
+# (docs/architecture.md "Settling from the provider").
+API_KEY_ID_RULE = re.compile(r"apikey_[A-Za-z0-9]{1,64}")
 MODEL_RULE = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 # The ledger's rule for the attempt's client label (llm_accounts.records.CLIENT_RE), so every label
 # a cap names can be the one a caller sets with -o client or LLM_ACCOUNTS_CLIENT.
@@ -53,6 +56,8 @@ FIELDS = (
     "models",
     "clients",
     "clients_only",
+    "admin_key_env",
+    "api_key_id",
 )
 REQUIRED = ("name", "key_env", "budget_usd")
 # Ranks and weights are small orderings, not money; the bound keeps them far inside SQLite's int64.
@@ -81,6 +86,10 @@ class Account:
     # Per-client token caps: ((client label, monthly cap in billed tokens), ...) sorted by label. A
     # client may have a dollar cap, a token cap or both.
     client_tokens: tuple[tuple[str, int], ...] = ()
+    # The organization's Admin API key (the *name* of its variable, resolved like key_env) and this
+    # key's id in the usage report (docs/architecture.md "Settling from the provider").
+    admin_key_env: str | None = None
+    api_key_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +192,15 @@ def _key_env(value, field):
     if not KEY_ENV_RULE.fullmatch(value):
         raise invalid(
             f"{field}: must be a variable name of 1-64 letters, digits or '_', not starting with a digit, such as \"WORK_ANTHROPIC_KEY\""
+        )
+    return value
+
+
+def _api_key_id(value, field):
+    if not isinstance(value, str) or looks_like_key(value) or not API_KEY_ID_RULE.fullmatch(value):
+        raise invalid(
+            f"{field}: must be an API key id from the console or the Admin API, 'apikey_' and 1-64 letters or digits "
+            "(an id, never the key itself)"
         )
     return value
 
@@ -308,6 +326,8 @@ def parse_account(item, field):
         clients=clients,
         clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients or client_tokens),
         client_tokens=client_tokens,
+        admin_key_env=_key_env(item["admin_key_env"], field("admin_key_env")) if "admin_key_env" in item else None,
+        api_key_id=_api_key_id(item["api_key_id"], field("api_key_id")) if "api_key_id" in item else None,
     )
 
 
@@ -349,10 +369,63 @@ def parse_accounts(value, source):
             raise invalid(
                 f"{field('key_env')}: repeats the key_env of account [{key_envs[account.key_env]}]; each account needs its own key"
             )
+        if account.admin_key_env is not None and account.admin_key_env in key_envs:
+            raise invalid(f"{field('admin_key_env')}: names the key_env of account [{key_envs[account.admin_key_env]}]; an Admin API key is not an API key")
+        if account.admin_key_env == account.key_env or any(account.key_env == other.admin_key_env for other in accounts):
+            raise invalid(f"{field('key_env')}: is also named as an admin_key_env; an Admin API key is not an API key")
         names[account.name] = index
         key_envs[account.key_env] = index
         accounts.append(account)
     return tuple(accounts)
+
+
+def _whole(text, option, minimum, maximum, example):
+    """A whole-number option (``--rank``, ``--weight``); None gives ``minimum``, the default."""
+    if text is None:
+        return minimum
+    if not re.fullmatch(r"[0-9]{1,7}", text):
+        raise invalid(f"{option}: must be a whole number from {minimum} to {maximum:,}, such as {example}")
+    return _integer(int(text), option, minimum, maximum, example)
+
+
+def _slips(text, option):
+    """The two slips people make typing dollars; named without repeating the value."""
+    if isinstance(text, str) and "," in text:
+        raise invalid(f"{option}: use a dot for cents and no thousands separators, such as 12.50")
+    if isinstance(text, str) and text.startswith("$"):
+        raise invalid(f"{option}: give the amount without '$', such as 12.50")
+
+
+def _usd_option(text, option):
+    _slips(text, option)
+    return parse_usd(text, option)
+
+
+def _client_cap_options(client_caps):
+    """``--client-cap`` texts as ``({label: nanodollars}, {label: tokens})``.
+
+    Each is ``LABEL=USD`` or ``LABEL=<N>tokens`` (one of each kind per client gives it both caps);
+    ``--client-cap <entry N>`` names a bad one by position, never by its text.
+    """
+    found, tokens = {}, {}
+    for number, text in enumerate(client_caps, start=1):
+        option = f"--client-cap <entry {number}>"
+        label, equals, amount = text.partition("=") if isinstance(text, str) else ("", "", "")
+        if not equals:
+            raise invalid(f"{option}: must be LABEL=USD or LABEL=<N>tokens, such as ci-bot=5.00 or ci-bot=2000000tokens")
+        _client_label(label, option)
+        if amount.endswith("tokens"):
+            count = amount[: -len("tokens")]
+            if not re.fullmatch(r"[0-9]{1,19}", count):
+                raise invalid(f"{option}: a token cap must be LABEL=<N>tokens with N a whole number, such as ci-bot=2000000tokens")
+            if label in tokens:
+                raise invalid(f"{option}: repeats an earlier client's token cap; give each client one token cap")
+            tokens[label] = _client_tokens(int(count), option)
+            continue
+        if label in found:
+            raise invalid(f"{option}: repeats an earlier client's dollar cap; give each client one dollar cap")
+        found[label] = _usd_option(amount, option)
+    return found, tokens
 
 
 def account_from_options(
@@ -365,58 +438,12 @@ def account_from_options(
     models=(),
     client_caps=(),
     clients_only=False,
+    admin_key_env=None,
+    api_key_id=None,
 ):
-    """Build an account from ``llm accounts add``'s text options; errors name the option.
-
-    ``client_caps`` are ``LABEL=USD`` or ``LABEL=<N>tokens`` texts (``--client-cap``, repeatable;
-    one of each kind per client gives it both caps); ``--client-cap <entry N>`` names a bad one by
-    position, never by its text.
-    """
-
-    def whole(text, option, minimum, maximum, example):
-        if text is None:
-            return minimum
-        if not re.fullmatch(r"[0-9]{1,7}", text):
-            raise invalid(
-                f"{option}: must be a whole number from {minimum} to {maximum:,}, such as {example}"
-            )
-        return _integer(int(text), option, minimum, maximum, example)
-
-    def slips(text, option):
-        # The two slips people make typing dollars; named without repeating the value.
-        if isinstance(text, str) and "," in text:
-            raise invalid(
-                f"{option}: use a dot for cents and no thousands separators, such as 12.50"
-            )
-        if isinstance(text, str) and text.startswith("$"):
-            raise invalid(f"{option}: give the amount without '$', such as 12.50")
-
-    def caps():
-        found, tokens = {}, {}
-        for number, text in enumerate(client_caps, start=1):
-            option = f"--client-cap <entry {number}>"
-            label, equals, amount = text.partition("=") if isinstance(text, str) else ("", "", "")
-            if not equals:
-                raise invalid(f"{option}: must be LABEL=USD or LABEL=<N>tokens, such as ci-bot=5.00 or ci-bot=2000000tokens")
-            _client_label(label, option)
-            if amount.endswith("tokens"):
-                count = amount[: -len("tokens")]
-                if not re.fullmatch(r"[0-9]{1,19}", count):
-                    raise invalid(f"{option}: a token cap must be LABEL=<N>tokens with N a whole number, such as ci-bot=2000000tokens")
-                if label in tokens:
-                    raise invalid(f"{option}: repeats an earlier client's token cap; give each client one token cap")
-                tokens[label] = _client_tokens(int(count), option)
-                continue
-            if label in found:
-                raise invalid(f"{option}: repeats an earlier client's dollar cap; give each client one dollar cap")
-            slips(amount, option)
-            found[label] = parse_usd(amount, option)
-        if clients_only and not (found or tokens):
-            raise invalid("--clients-only: needs at least one --client-cap naming a client it serves")
-        return tuple(sorted(found.items())), tuple(sorted(tokens.items()))
-
+    """Build an account from ``llm accounts add``'s text options; errors name the option."""
     for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
-        slips(text, option)
+        _slips(text, option)
     fields = dict(
         name=_name(name, "NAME"),
         key_env=_key_env(key_env, "--key-env"),
@@ -424,12 +451,123 @@ def account_from_options(
         daily_budget_nusd=(
             parse_usd(daily_budget, "--daily-budget") if daily_budget is not None else None
         ),
-        rank=whole(rank, "--rank", 0, MAX_RANK, 1),
-        weight=whole(weight, "--weight", 1, MAX_WEIGHT, 2),
+        rank=_whole(rank, "--rank", 0, MAX_RANK, 1),
+        weight=_whole(weight, "--weight", 1, MAX_WEIGHT, 2),
         models=_models(list(models), "--model") if models else None,
     )
-    dollar_caps, token_caps = caps()
-    return Account(**fields, clients=dollar_caps, clients_only=bool(clients_only), client_tokens=token_caps)
+    dollar_caps, token_caps = _client_cap_options(client_caps)
+    if clients_only and not (dollar_caps or token_caps):
+        raise invalid("--clients-only: needs at least one --client-cap naming a client it serves")
+    if admin_key_env is not None:
+        fields["admin_key_env"] = _key_env(admin_key_env, "--admin-key-env")
+        if fields["admin_key_env"] == fields["key_env"]:
+            raise invalid("--admin-key-env: names the same variable as --key-env; an Admin API key is not an API key")
+    if api_key_id is not None:
+        fields["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
+    return Account(
+        **fields,
+        clients=tuple(sorted(dollar_caps.items())),
+        clients_only=bool(clients_only),
+        client_tokens=tuple(sorted(token_caps.items())),
+    )
+
+
+#: What ``llm accounts set --clear`` takes: each optional setting, named like its option.
+CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps")
+
+
+def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weight=None, models=(),
+                     client_caps=(), remove_clients=(), clients_only=None, clear=()):
+    """``account`` with only the settings given changed (``llm accounts set``); the rest are kept.
+
+    ``clear`` names settings (``CLEARABLE``) that return to their defaults; client caps are
+    cleared before ``client_caps`` are applied, so the two together replace every cap. A client
+    cap changes that client's cap of that kind and keeps its other one and every other client's.
+    The key_env is not a setting: it is the account's credit (docs/architecture.md "What a credit
+    period fixes").
+    """
+    for setting, given in (("daily-budget", daily_budget), ("rank", rank), ("weight", weight), ("models", models or None)):
+        if setting in clear and given is not None:
+            option = "--model" if setting == "models" else f"--{setting}"
+            raise invalid(f"--clear {setting}: {option} is given too; give one of them")
+    changes = {}
+    if budget is not None:
+        changes["budget_nusd"] = _usd_option(budget, "--budget")
+    if daily_budget is not None:
+        changes["daily_budget_nusd"] = _usd_option(daily_budget, "--daily-budget")
+    elif "daily-budget" in clear:
+        changes["daily_budget_nusd"] = None
+    if rank is not None or "rank" in clear:
+        changes["rank"] = _whole(rank, "--rank", 0, MAX_RANK, 1)
+    if weight is not None or "weight" in clear:
+        changes["weight"] = _whole(weight, "--weight", 1, MAX_WEIGHT, 2)
+    if models:
+        changes["models"] = _models(list(models), "--model")
+    elif "models" in clear:
+        changes["models"] = None
+    dollars, tokens = ({}, {}) if "client-caps" in clear else (dict(account.clients), dict(account.client_tokens))
+    for number, label in enumerate(remove_clients, start=1):
+        option = f"--remove-client <entry {number}>"
+        _client_label(label, option)
+        if label not in dollars and label not in tokens:
+            raise AccountsError(
+                "not_found", f"{option}: no client cap on account {account.name} has this label; see 'llm accounts list'"
+            )
+        dollars.pop(label, None)
+        tokens.pop(label, None)
+    given_dollars, given_tokens = _client_cap_options(client_caps)
+    dollars.update(given_dollars)
+    tokens.update(given_tokens)
+    changes["clients"] = tuple(sorted(dollars.items()))
+    changes["client_tokens"] = tuple(sorted(tokens.items()))
+    if clients_only is not None:
+        changes["clients_only"] = bool(clients_only)
+    if dataclasses.replace(account, **changes).clients_only and not (dollars or tokens):
+        if "client-caps" in clear:
+            raise invalid(
+                "--clear client-caps: the account serves only its listed clients; add --all-clients to open it "
+                "to every client, or give the caps to keep with --client-cap"
+            )
+        if clients_only:
+            raise invalid("--clients-only: needs at least one --client-cap naming a client it serves")
+        raise invalid(
+            "--remove-client: that leaves no client on an account that serves only its listed clients; "
+            "add --all-clients to open it to every client"
+        )
+    return dataclasses.replace(account, **changes)
+
+
+def _setting_texts(account):
+    """The settings of ``account`` as ``{field: text}``, for saying what changed: accounts.json's
+    field names, dollars as $ amounts, defaults said in words."""
+    money = lambda nusd: "none" if nusd is None else f"${usd_text(nusd)}"  # noqa: E731
+    texts = {
+        "budget_usd": money(account.budget_nusd),
+        "daily_budget_usd": money(account.daily_budget_nusd),
+        "rank": str(account.rank),
+        "weight": str(account.weight),
+        "models": ", ".join(account.models) if account.models else "every priced model",
+        "clients_only": "true" if account.clients_only else "false",
+    }
+    for label, cap in account.clients:
+        texts[f"clients.{label}.budget_usd"] = money(cap)
+    for label, cap in account.client_tokens:
+        texts[f"clients.{label}.tokens"] = f"{cap:,}"
+    return texts
+
+
+def describe_changes(old, new):
+    """``[(field, old text, new text), ...]`` for each setting that differs, in a stable order:
+    accounts.json's fields, then each client's caps by label."""
+    before, after = _setting_texts(old), _setting_texts(new)
+    fields = list(before) + [field for field in after if field not in before]
+    order = {name: index for index, name in enumerate(FIELDS)}
+    fields.sort(key=lambda field: (order.get(field.split(".")[0], len(order)), field))
+    return [
+        (field, before.get(field, "none"), after.get(field, "none"))
+        for field in fields
+        if before.get(field, "none") != after.get(field, "none")
+    ]
 
 
 def parse_lookup(value, root="lookup", where=" in accounts.json"):
@@ -476,13 +614,15 @@ def read_dotenv(path):
     label = path.name
     problem = None
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_limited(path).decode("utf-8-sig")
     except FileNotFoundError:
         return {}
     except UnicodeDecodeError:
         problem = "is not UTF-8 text"
-    except OSError:
-        problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
+        if problem.startswith("is not a regular file"):
+            problem += f"; make {label} a plain file or remove it"
     if problem:
         raise invalid(f"{label}: {problem}")
     return _parse_dotenv(text, label)
@@ -594,13 +734,13 @@ def read_accounts_file(path=None):
     path = pathlib.Path(path) if path else accounts_file_path()
     problem = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path).decode("utf-8")
     except FileNotFoundError:
         return None, None
     except UnicodeDecodeError:
         problem = "is not UTF-8 text"
-    except OSError:
-        problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
     if problem:
         raise invalid(f"{ACCOUNTS_FILE}: {problem}; fix or remove {path}")
     data = loads(text, ACCOUNTS_FILE)
@@ -675,6 +815,10 @@ def account_to_json(account):
         data["clients"] = dict(sorted(clients.items()))
     if account.clients_only:
         data["clients_only"] = True
+    if account.admin_key_env is not None:
+        data["admin_key_env"] = account.admin_key_env
+    if account.api_key_id is not None:
+        data["api_key_id"] = account.api_key_id
     return data
 
 
@@ -724,7 +868,7 @@ def _editing():
 def add_account(account, *, replace=False):
     """Add ``account`` to accounts.json, or replace the one of that name.
 
-    Returns ``(path, replaced)``.
+    Returns ``(path, replaced)``: ``replaced`` is the account it replaced, or None.
 
     A name is one budget allocation with one immutable key reference (docs/architecture.md "What a
     credit period fixes"), so
@@ -742,7 +886,8 @@ def _add_account(account, replace):
         accounts.append(account)
     elif not replace:
         raise invalid(
-            f"NAME: an account named {account.name} already exists; use --replace to change it, or choose another name"
+            f"NAME: an account named {account.name} already exists; use 'llm accounts set' to change some of its settings, "
+            "use --replace to declare it anew, or choose another name"
         )
     elif accounts[existing].key_env != account.key_env:
         raise AccountsError(
@@ -751,13 +896,37 @@ def _add_account(account, replace):
             account=account.name,
         )
     else:
-        accounts[existing] = account
+        replaced, accounts[existing] = accounts[existing], account
     for other in accounts:
         if other.name != account.name and other.key_env == account.key_env:
             raise invalid(
                 f"--key-env: account {other.name} already uses this key_env; each account needs its own key"
             )
-    return save_accounts_file(accounts, lookup), existing is not None
+    return save_accounts_file(accounts, lookup), None if existing is None else replaced
+
+
+def set_account(name, change, *, check=None):
+    """Change the account ``name`` in accounts.json: ``change(account)`` returns the new account
+    (``changed_settings``), ``check(account)`` may refuse it (the ledger's credit-period rule)
+    before anything is written. Returns ``(path, old, new)``; nothing is written when nothing
+    changed."""
+    name = _name(name, "NAME")
+    with _editing():
+        accounts, lookup = read_accounts_file()
+        accounts = list(accounts or ())
+        index = next((i for i, a in enumerate(accounts) if a.name == name), None)
+        if index is None:
+            raise AccountsError(
+                "not_found", f"NAME: no account in {ACCOUNTS_FILE} has this name; see 'llm accounts list' (or declare it with 'llm accounts add')"
+            )
+        old = accounts[index]
+        new = change(old)
+        if new == old:
+            return accounts_file_path(), old, new
+        if check is not None:
+            check(new)
+        accounts[index] = new
+        return save_accounts_file(accounts, lookup), old, new
 
 
 def remove_account(name):

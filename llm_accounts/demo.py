@@ -2,9 +2,10 @@
 no network and no real key.
 
 It makes a throwaway llm user directory, starts the Messages API stand-in with three demo
-accounts whose keys are random ``sk-ant-`` strings stored only in that directory's llm key store,
-then runs real ``llm`` commands against it, printing each as a user would type it. The stand-in
-runs in this process, so the demo can make one account answer a 429 when it needs to.
+accounts whose keys are random ``sk-ant-`` strings stored only in that directory (its llm key
+store and, with ``--keep``, a stand-in configuration to serve them again, both 0600), then runs
+real ``llm`` commands against it, printing each as a user would type it. The stand-in runs in
+this process, so the demo can make one account answer a 429 when it needs to.
 """
 
 import json
@@ -21,10 +22,12 @@ import tempfile
 import click
 
 from .money import usd_fine
+from .paths import write_private_json
 
 # name, key_env, monthly budget
 DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.50"))
 DEMO_MODEL = "claude-routed/claude-haiku-4-5"
+KEPT_PORT = 8765  # where --keep suggests serving the demo's keys again
 
 
 def _demo_key():
@@ -40,11 +43,14 @@ class Demo:
         self.ledger = os.path.join(workdir, "ledger.db")
 
     def run(self, *args, stdin=None, show=True, expect_failure=False, output=None):
-        """Run ``llm ARGS``, shown as typed; ``output`` replaces what is printed (a long JSON)."""
+        """Run ``llm ARGS``, shown as typed; ``output`` replaces what is printed (a long JSON).
+
+        It runs in the demo's own directory, so no .env of the caller's declares other accounts."""
         if show:
             click.secho("$ llm " + " ".join(shlex.quote(part) for part in args), fg="cyan", bold=True)
         completed = subprocess.run(
-            [self.llm, *args], env=self.env, input=stdin, text=True, capture_output=True, stdin=None if stdin else subprocess.DEVNULL
+            [self.llm, *args], env=self.env, input=stdin, text=True, capture_output=True,
+            stdin=None if stdin else subprocess.DEVNULL, cwd=self.workdir,
         )
         text = completed.stdout + completed.stderr
         if show:
@@ -93,8 +99,35 @@ def _routing(stdout):
         return stdout
 
 
+def llm_command():
+    """``(command, note)``: how to type this llm where the demo was started. After the quick start
+    llm is in .venv, not on PATH, so the commands the demo suggests name its path, and the note
+    says how to put it on PATH; ``("llm", None)`` when PATH already finds this one."""
+    mine = os.path.join(os.path.dirname(sys.executable), "llm")
+    found = shutil.which("llm")
+    if found and os.path.realpath(found) == os.path.realpath(mine):
+        return "llm", None
+
+    def shown(path):
+        relative = os.path.relpath(path)
+        return shlex.quote(path if relative.startswith("..") else relative)
+
+    activate = os.path.join(os.path.dirname(mine), "activate")
+    if os.path.exists(activate):
+        note = f"llm is not on your PATH: type it as below, or first run: source {shown(activate)}"
+    else:
+        note = "llm is not on your PATH: type it as below"
+    return shown(mine), note
+
+
 def run_demo(keep=False, browse=False):
+    from . import browse as browsing
     from .standin import StandIn
+
+    if browse and not browsing.datasette_installed():
+        # Said before the story, not after it (scripts/demo --browse installs it).
+        raise click.ClickException(browsing.NOT_INSTALLED)
+    llm_cmd, note = llm_command()
 
     workdir = tempfile.mkdtemp(prefix="llm-accounts-demo-")
     user_dir = os.path.join(workdir, "llm")
@@ -116,7 +149,7 @@ def run_demo(keep=False, browse=False):
                 LLM_ACCOUNTS_LEDGER=os.path.join(workdir, "ledger.db"),
             )
             demo = Demo(workdir, env)
-            _story(demo, standin, keys)
+            _story(demo, standin, keys, llm_cmd, note)
         if browse:
             say("The dashboard and the canned queries, in Datasette (Ctrl-C to stop):")
             click.secho("$ llm accounts browse --open", fg="cyan", bold=True)
@@ -126,17 +159,24 @@ def run_demo(keep=False, browse=False):
                 pass
     finally:
         if keep:
+            # The demo accounts name DEMO_*_KEY, which only a stand-in serving these keys accepts
+            # (a plain 'llm accounts standin' makes keys of its own, and a 401 would block them).
+            standin_config = os.path.join(workdir, "standin.json")
+            write_private_json(standin_config, config)
             click.echo(
                 f"\nKept {workdir}. To look around:\n"
                 f"  export LLM_USER_PATH={shlex.quote(user_dir)} LLM_ACCOUNTS_LEDGER={shlex.quote(os.path.join(workdir, 'ledger.db'))}\n"
-                "  llm accounts status; llm logs -n 3; llm accounts browse --open\n"
-                "(the stand-in is gone, so new prompts would need a real account or 'llm accounts standin')"
+                f"  {llm_cmd} accounts status; {llm_cmd} logs -n 3; {llm_cmd} accounts browse --open\n"
+                "To prompt the demo accounts again, serve their keys in another terminal, then point llm at it:\n"
+                f"  {llm_cmd} accounts standin --port {KEPT_PORT} --config {shlex.quote(standin_config)}\n"
+                f"  export LLM_ACCOUNTS_BASE_URL=http://127.0.0.1:{KEPT_PORT}\n"
+                f"  {llm_cmd} -m {DEMO_MODEL} 'Hello again'"
             )
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _story(demo, standin, keys):
+def _story(demo, standin, keys, llm_cmd="llm", note=None):
     click.secho(
         "llm-accounts demo: a local stand-in of the Anthropic Messages API with three demo accounts\n"
         "and a throwaway llm user directory. Every command below is real; only the API is local.\n",
@@ -183,11 +223,15 @@ def _story(demo, standin, keys):
     demo.run("accounts", "attempts")
 
     say("What to try next:")
-    for line in (
-        "llm accounts browse --open            the Datasette dashboard and canned queries (scripts/demo --browse)",
-        "llm accounts ladder --model MODEL     the order new conversations try accounts, and why",
-        "llm accounts prices                   every model's rates and the ceiling one attempt reserves",
-        "llm accounts standin                  a local stand-in to point LLM_ACCOUNTS_BASE_URL at",
-        "llm accounts add NAME --key-env VAR --budget USD    your own accounts (README: Declaring accounts)",
-    ):
-        click.echo("  " + line)
+    if note:
+        say(note)
+    rows = (
+        ("accounts browse --open", "the Datasette dashboard and canned queries (scripts/demo --browse)"),
+        ("accounts ladder --model MODEL", "the order new conversations try accounts, and why"),
+        ("accounts prices", "every model's rates and the ceiling one attempt reserves"),
+        ("accounts standin", "a local stand-in to point LLM_ACCOUNTS_BASE_URL at"),
+        ("accounts add NAME --key-env VAR --budget USD", "your own accounts (README: Declaring accounts)"),
+    )
+    width = max(len(f"{llm_cmd} {command}") for command, _ in rows)
+    for command, what in rows:
+        click.echo(f"  {llm_cmd} {command}".ljust(width + 2) + "    " + what)

@@ -9,7 +9,7 @@ import json
 
 from llm.parts import StreamEvent
 
-from . import payload, scrub, wire
+from . import classify, payload, scrub, wire
 from .errors import AccountsError
 from .wire import Malformed, MessageAssembler, SSEDecoder
 
@@ -184,21 +184,26 @@ class StreamReader:
         return self.assembler.final_message()
 
     def closed(self):
-        """Outcome and failure class of a stream its consumer closed before it ended: an error
-        event already read is what it is (with its health effect), not a close."""
-        if self.assembler.error_type is not None:
+        """Outcome, failure class and error info of a stream its consumer closed before it ended:
+        an error event already read is what it is (with its health effect), not a close."""
+        if self.assembler.error is not None:
             return self.failure()
-        return "stream_closed", None
+        return "stream_closed", None, None
 
     def failure(self):
-        """Outcome and failure class of a stream that ended without message_stop.
+        """Outcome, failure class and ``classify.ErrorInfo`` (or None) of a stream that ended
+        without message_stop.
 
-        A malformed stream is a ``stream_error`` too (the provider's answer broke off midway),
-        with no failure class: it is no documented evidence about the account's health.
+        A mid-stream ``error`` event is classified by the table HTTP errors use, from its type and
+        message (docs/errors.md "From an answer to a code"): a rate limit, an authentication or
+        permission error, a billing error or a credit balance too low mid-stream says the same
+        about the account as it does before the stream. A malformed stream is a ``stream_error``
+        too (the provider's answer broke off midway), with no failure class: it is no documented
+        evidence about the account's health.
         """
         if self.malformed is not None:
-            return "stream_error", None
-        if self.assembler.error_type is not None:
-            outage = self.assembler.error_type in ("overloaded_error", "api_error")
-            return "stream_error", ("provider_outage" if outage else None)
-        return "stream_truncated", "transport"
+            return "stream_error", None, None
+        info = self.assembler.error
+        if info is not None:
+            return "stream_error", classify.failure_class(None, info), info
+        return "stream_truncated", "transport", None

@@ -15,7 +15,15 @@ The rules (docs/architecture.md "Failure classes and health"):
   restart never clears it), so it has no dwell.
 - After the dwell exactly one attempt is admitted as the half-open probe. Its success clears the
   failure; its failure starts a new dwell. A probe whose process died is given up after
-  ``PROBE_LEASE`` so the account cannot stay cooling forever.
+  ``PROBE_LEASE`` so the account cannot stay cooling forever. The probe in flight is not written
+  to the row: it is the attempt admitted at or after the dwell's end whose outcome is not yet
+  recorded (the ledger finds it), so a probe cycle writes the row once, with its outcome, and
+  ``probe_attempt_id`` names the probe that outcome came from.
+- ``transport`` describes the path from one machine, not the account (``HOST_CLASSES``): it is kept
+  per host, so one machine's broken network never cools the account for the fleet; every other
+  class is a fact about the account and is shared. Each row, the account's and a host's, follows
+  the same rules; an attempt is gated by the worse of the account's row and its machine's
+  (``worse``).
 - A success supersedes an older failure, whichever attempt it came from, but only a failure
   recorded before that attempt was admitted: an attempt that started before the credit ran out
   and finished after proves nothing about the failure (``succeeded_after``).
@@ -34,6 +42,10 @@ HEALTH_CLASSES = tuple(name for name in FAILURE_CLASSES if name != "semantic")
 #: Of those, the classes that say something about one model on the account: they cool the model
 #: there (a ``model_health`` row), never the whole account.
 MODEL_CLASSES = ("model_unavailable",)
+#: Of those, the classes that say something about the path from one machine to the provider, not
+#: about the account: they are kept per host (a ``host_health`` row), so a machine whose network
+#: is broken cools the account for itself only (docs/architecture.md "Failure classes and health").
+HOST_CLASSES = ("transport",)
 
 DWELL = {
     "quota_exhausted": dt.timedelta(hours=1),
@@ -57,7 +69,9 @@ SUCCESS_REFRESH = dt.timedelta(minutes=10)
 
 #: The routed error code a cooling account refuses a bound conversation with.
 COOLING_CODES = {
-    "quota_exhausted": "budget_exhausted",
+    # Out of credit at the provider is the provider's refusal, remembered: not our ledger's budget
+    # (docs/architecture.md "Quota exhaustion").
+    "quota_exhausted": "request_rejected",
     "rate_limited": "rate_limited",
     "provider_outage": "provider_error",
     "model_unavailable": "request_rejected",
@@ -86,13 +100,45 @@ class Health:
     transport_failures: int = 0
 
 
-def probe_outstanding(health, probe_open, probe_created_at, now):
-    """Whether the half-open slot is taken: its attempt is still open and within the lease."""
-    if health is None or health.probe_attempt_id is None or not probe_open:
-        return False
-    if probe_created_at is None:
+def probe_outstanding(health, probe_created_at, now):
+    """Whether the half-open slot is taken. ``probe_created_at`` is when the newest attempt
+    admitted at or after the dwell's end, whose outcome is not yet recorded, was admitted (None:
+    there is none): it holds the slot for ``PROBE_LEASE``."""
+    if health is None or health.state != "failing" or probe_created_at is None:
         return False
     return now - probe_created_at < PROBE_LEASE
+
+
+def probe_since(health):
+    """The instant from which an admitted attempt is this row's probe: the dwell's end (the last
+    failure's time for a class with no dwell). None for a healthy row."""
+    if health is None or health.state != "failing":
+        return None
+    return health.cooldown_until or health.last_failure_at
+
+
+def was_probe(health, admitted_at):
+    """Whether an attempt admitted at ``admitted_at`` was admitted as this row's probe."""
+    since = probe_since(health)
+    return since is not None and admitted_at is not None and admitted_at >= since
+
+
+def shared(health):
+    """An account's shared row as admission reads it: a dwell of a host class there (written by
+    an older build, or one still running in the fleet) is ignored, since that class belongs to the
+    machine that saw it (``HOST_CLASSES``)."""
+    if health is not None and health.state == "failing" and health.failure_class in HOST_CLASSES:
+        return None
+    return health
+
+
+_GATE_ORDER = ("open", "probe", "cooling", "blocked")
+
+
+def worse(*gated):
+    """Of ``(gate, health, probe_taken)`` triples, the one that restricts most (the first on a
+    tie): an attempt needs both its account and its machine to admit it."""
+    return max(gated, key=lambda item: _GATE_ORDER.index(item[0]))
 
 
 def gate(health, now, probe_taken=False):
@@ -123,10 +169,6 @@ def view(health, now, probe_taken=False):
     return "probing" if past_dwell and probe_taken else "cooling"
 
 
-def start_probe(health, attempt_id):
-    return dataclasses.replace(health, probe_attempt_id=attempt_id)
-
-
 def dwell_for(failure_class, now, since, retry_after=None):
     """How long an account cools after a failure of ``failure_class`` (None: no dwell).
 
@@ -141,7 +183,7 @@ def dwell_for(failure_class, now, since, retry_after=None):
     return min(dwell, max(FIRST_DWELL, now - since))
 
 
-def _failing(health, failure_class, http_status, now, since, retry_after=None):
+def _failing(health, failure_class, http_status, now, since, retry_after=None, probe=None):
     dwell = dwell_for(failure_class, now, since, retry_after)
     return Health(
         state="failing",
@@ -151,13 +193,14 @@ def _failing(health, failure_class, http_status, now, since, retry_after=None):
         last_failure_at=now,
         last_success_at=health.last_success_at,
         cooldown_until=None if dwell is None else now + dwell,
-        probe_attempt_id=None,
+        probe_attempt_id=probe,
         transport_failures=0,
     )
 
 
-def record_failure(health, failure_class, http_status, now, attempt_id, retry_after=None):
-    """The row after a failed attempt of ``failure_class``, or ``None`` when nothing changes."""
+def record_failure(health, failure_class, http_status, now, attempt_id, retry_after=None, admitted_at=None):
+    """The row after a failed attempt of ``failure_class``, admitted at ``admitted_at``, or
+    ``None`` when nothing changes."""
     if failure_class not in HEALTH_CLASSES:
         return None
     health = health or Health()
@@ -176,11 +219,14 @@ def record_failure(health, failure_class, http_status, now, attempt_id, retry_af
         return None
     if failure_class == "auth":
         return _failing(health, "auth", http_status, now, since=health.since or now)
-    was_probe = attempt_id is not None and attempt_id == health.probe_attempt_id
+    probe = was_probe(health, admitted_at)
     past_dwell = health.cooldown_until is None or now >= health.cooldown_until
-    if was_probe or past_dwell:
+    if probe or past_dwell:
         # The half-open probe (or any attempt after the dwell) failed: a new dwell.
-        return _failing(health, failure_class, http_status, now, since=health.since or now, retry_after=retry_after)
+        return _failing(
+            health, failure_class, http_status, now, since=health.since or now, retry_after=retry_after,
+            probe=attempt_id if probe else None,
+        )
     if failure_class == health.failure_class or failure_class == "transport":
         # Still cooling for the same reason; transport noise never overrides a stronger class.
         return None
@@ -199,13 +245,12 @@ def succeeded_after(last_failure_at, admitted_at):
 def record_success(health, now, admitted_at=None, attempt_id=None):
     """The row after a complete attempt admitted at ``admitted_at``: the success supersedes any
     failure recorded before that admission. A failure recorded later stands (the attempt was
-    already under way when the credit ran out, say); only the probe slot such an attempt holds is
-    freed."""
+    already under way when the credit ran out, say), and nothing is written."""
     if health is None:
         return Health(state="ok", since=now, last_success_at=now)
     if not succeeded_after(health.last_failure_at, admitted_at):
-        return release_probe(health, attempt_id)
-    if health.state != "ok" or health.transport_failures or health.probe_attempt_id:
+        return None
+    if health.state != "ok" or health.transport_failures:
         return Health(
             state="ok",
             failure_class=health.failure_class,
@@ -213,16 +258,10 @@ def record_success(health, now, admitted_at=None, attempt_id=None):
             since=now,
             last_failure_at=health.last_failure_at,
             last_success_at=now,
+            probe_attempt_id=attempt_id if was_probe(health, admitted_at) else None,
         )
     if health.last_success_at is None or now - health.last_success_at >= SUCCESS_REFRESH:
         return dataclasses.replace(health, last_success_at=now)
-    return None
-
-
-def release_probe(health, attempt_id):
-    """The probe ended without a verdict (not sent, cancelled, semantic): free the slot."""
-    if health is not None and attempt_id is not None and health.probe_attempt_id == attempt_id:
-        return dataclasses.replace(health, probe_attempt_id=None)
     return None
 
 
@@ -239,7 +278,7 @@ def clear(health, now):
     """``llm accounts unblock`` ends any dwell: an authentication failure, a cooldown (rate limits,
     exhausted credit, outages), a probe in flight, a run of transport failures. The failure stays
     as history; ``None`` when there is nothing to clear."""
-    if health is None or (health.state == "ok" and not health.transport_failures and health.probe_attempt_id is None):
+    if health is None or (health.state == "ok" and not health.transport_failures):
         return None
     return dataclasses.replace(
         health, state="ok", since=now, cooldown_until=None, probe_attempt_id=None, transport_failures=0

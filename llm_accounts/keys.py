@@ -24,6 +24,7 @@ import time
 
 from .declarations import DOTENV_FILES, KEY_ENV_RULE, llm_user_dir, looks_like_key, read_dotenv
 from .errors import AccountsError
+from .paths import FileProblem, read_limited
 
 LOOKUP_TIMEOUT = 15.0  # seconds (docs/security.md "Child processes")
 LOOKUP_OUTPUT_LIMIT = 1025  # bytes: the longest key plus one newline
@@ -85,11 +86,13 @@ def _keys_json(key_env, account):
     path = llm_user_dir() / "keys.json"
     problem = None
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_limited(path).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError):
+    except UnicodeDecodeError:
         problem = "could not be read"
+    except FileProblem as error:
+        problem = error.reason
     if problem is None:
         try:
             stored = json.loads(text)
@@ -127,9 +130,10 @@ def holds_key_material(value, secrets=()):
 
 
 def child_environment(environ, withheld=(), secrets=()):
-    """A copy of ``environ`` for a child process: without the ``withheld`` names and without any
-    variable, whatever its name, whose value holds key material (``holds_key_material``)."""
-    withheld = set(withheld)
+    """A copy of ``environ`` for a child process: without the ``withheld`` names, without any
+    variable, whatever its name, whose value holds key material (``holds_key_material``), and
+    without the ledger's credentials (``ledger_withheld``)."""
+    withheld = set(withheld) | ledger_withheld(environ)
     return {
         name: value
         for name, value in environ.items()
@@ -137,11 +141,32 @@ def child_environment(environ, withheld=(), secrets=()):
     }
 
 
+def ledger_withheld(environ):
+    """Names a child never needs that may carry a PostgreSQL ledger's credentials
+    (docs/security.md "Child processes"): every ``PG*`` variable libpq reads, a
+    ``LLM_ACCOUNTS_LEDGER`` that is a URL, and any variable whose value holds that URL's
+    password or ``sslpassword`` or ``PGPASSWORD``'s value. A SQLite ledger's path is no credential
+    and stays."""
+    from .paths import LEDGER_ENV, is_database_url, ledger_credentials
+
+    names = {name for name in environ if name.upper().startswith("PG")}
+    secrets = [environ.get("PGPASSWORD") or ""]
+    ledger = environ.get(LEDGER_ENV)
+    if is_database_url(ledger):
+        names.add(LEDGER_ENV)
+        secrets += ledger_credentials(ledger)
+    secrets = [secret for secret in secrets if len(secret) >= 4]
+    names |= {name for name, value in environ.items() if any(secret in value for secret in secrets)}
+    return names
+
+
 def lookup_environment(declaration, environ):
     """The lookup child's environment: no declared account's key_env, no ``ANTHROPIC_API_KEY``,
     and (defence in depth) nothing whose value looks like an Anthropic key. No key is resolved
     to compare with: resolving is what the lookup is for."""
     withheld = {account.key_env for account in declaration.accounts} | {"ANTHROPIC_API_KEY"}
+    # An organization's Admin API key is a key like any other (docs/security.md "Child processes").
+    withheld |= {account.admin_key_env for account in declaration.accounts if account.admin_key_env}
     return child_environment(environ, withheld)
 
 
@@ -240,7 +265,8 @@ def resolve_key(key_env, declaration, *, environ=None, cwd=None, lookup_timeout=
         or looks_like_key(key_env)
     ):
         raise AccountsError("declaration_invalid", "key_env: not a valid variable name")
-    account = next((a.name for a in declaration.accounts if a.key_env == key_env), None)
+    # An account's admin_key_env resolves by the same steps, for the Admin API only.
+    account = next((a.name for a in declaration.accounts if key_env in (a.key_env, a.admin_key_env)), None)
     environ = os.environ if environ is None else environ
     if key_env in environ:
         return _accept(environ[key_env], key_env, "the environment", account)

@@ -72,7 +72,7 @@ from .records import (  # the records are part of the ledger's API
 
 __all__ = [
     "AccountStatus", "Complete", "Ledger", "NotSent", "Refused", "Reservation", "Scope", "Unknown",
-    "open_ledger", "run_async",
+    "open_ledger", "run_async", "settle_async",
 ]
 
 log = logging.getLogger("llm_accounts.ledger")
@@ -111,42 +111,82 @@ def _busy(op="reserve"):
 # ---------------------------------------------------------------------------------------------
 # What the ledger knows about one account in one month, read in one statement.
 
-# One attempt with its account's block, month totals, adjustments and health, for settle and
-# reconcile.
-_ATTEMPT_SQL = """
+
+def _health_columns(alias):
+    """A health row's columns (``health`` or ``host_health``), named ``<alias>_...`` for ``_health_from``."""
+    return ", ".join(
+        f"{alias}.{column} AS {alias}_{name}"
+        for column, name in (
+            ("state", "state"), ("failure_class", "class"), ("http_status", "status"), ("since", "since"),
+            ("last_failure_at", "last_failure_at"), ("last_success_at", "last_success_at"),
+            ("cooldown_until", "cooldown_until"), ("probe_attempt_id", "probe"), ("transport_failures", "transport"),
+        )
+    )
+
+
+def _probe_sql(alias, account, host=None):
+    """When the half-open probe of health row ``alias`` was admitted, or NULL: the newest attempt
+    on the account (from ``host``, for a host's row) admitted at or after the row's dwell ended and
+    not yet given an outcome (``health.probe_outstanding``). Nothing is written to admit a probe,
+    so a probe cycle writes its row once (docs/architecture.md "Failure classes and health").
+    Read only for a failing row."""
+    from_host = "" if host is None else f" AND p.host = {host}"
+    return f"""CASE WHEN {alias}.state = 'failing' THEN (SELECT MAX(p.created_at) FROM attempt p
+         WHERE p.state = 'open' AND p.outcome IS NULL AND p.provider = {account}.provider
+         AND p.account = {account}.name{from_host}
+         AND p.created_at >= COALESCE({alias}.cooldown_until, {alias}.last_failure_at)) END"""
+
+
+# One attempt with its account's block, month totals, adjustments, health and its host's health,
+# for settle and reconcile. Parameters: the attempt id, then this machine's host (for an attempt
+# admitted before attempts recorded theirs).
+_ATTEMPT_SQL = f"""
 SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
        (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
          AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
-       h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
-       h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
-       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe, h.transport_failures AS h_transport,
+       {_health_columns("h")}, {_health_columns("hh")}, COALESCE(t.host, ?2) AS attempt_host,
        mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
 FROM attempt t
 JOIN account a ON a.provider = t.provider AND a.name = t.account
 LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
 LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+LEFT JOIN host_health hh ON hh.provider = t.provider AND hh.account = t.account AND hh.host = COALESCE(t.host, ?2)
 LEFT JOIN model_health mh ON mh.provider = t.provider AND mh.account = t.account AND mh.model = t.requested_model
-WHERE t.id = ?
+WHERE t.id = ?1
 """
 
-_FACTS_SQL = """
-SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at,
+_FACTS_SQL = f"""
+SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
        m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
        m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
        (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
          WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
-       h.state AS h_state, h.failure_class AS h_class, h.http_status AS h_status, h.since AS h_since,
-       h.last_failure_at AS h_last_failure_at, h.last_success_at AS h_last_success_at,
-       h.cooldown_until AS h_cooldown_until, h.probe_attempt_id AS h_probe,
-       h.transport_failures AS h_transport, p.state AS probe_state, p.created_at AS probe_created_at,
+       {_health_columns("h")}, {_probe_sql("h", "a")} AS h_probe_created_at,
+       {_health_columns("hh")}, {_probe_sql("hh", "a", ":host")} AS hh_probe_created_at,
        mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
 FROM account a
 LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
 LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
-LEFT JOIN attempt p ON p.id = h.probe_attempt_id
+LEFT JOIN host_health hh ON hh.provider = a.provider AND hh.account = a.name AND hh.host = :host
 LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
 WHERE a.provider = :provider
 """
+
+
+def this_host():
+    """This machine's name as the ledger records it on attempts and ``host_health``: its host
+    name when that is a plain identifier, else a digest of it (docs/architecture.md "Failure
+    classes and health")."""
+    import hashlib
+    import socket
+
+    name = socket.gethostname()
+    if HOST_RE.fullmatch(name) and "sk-ant" not in name.lower():
+        return name
+    return "host-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:16]
+
+
+HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 def _backend_for(location):
@@ -155,7 +195,14 @@ def _backend_for(location):
     for a URL."""
     url = getattr(location, "url", location)
     if isinstance(url, str) and url.startswith(("postgresql://", "postgres://")):
-        from .ledger_pg import PostgresBackend
+        try:
+            from .ledger_pg import PostgresBackend
+        except ImportError:
+            raise AccountsError(
+                "ledger_unavailable",
+                "LLM_ACCOUNTS_LEDGER is a PostgreSQL URL, and psycopg 3 is not installed in llm's environment: run "
+                "llm install 'psycopg[binary]>=3.1' (or, in the llm-accounts checkout, llm install -e '.[postgres]')",
+            ) from None
 
         return PostgresBackend(url, _busy)
     return SqliteBackend(location, _busy)
@@ -198,6 +245,7 @@ def _facts_from_row(row, now, full=True, model=None):
     """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
     healthy row: only a failing one gates."""
     h = _health_from(row) if full or row["h_state"] == "failing" else None
+    hh = _health_from(row, "hh_") if full or row["hh_state"] == "failing" else None
     return selection.Facts(
         name=row["name"],
         key_env=row["key_env"],
@@ -215,19 +263,20 @@ def _facts_from_row(row, now, full=True, model=None):
         day_settled_nusd=row["day_settled_nusd"] or 0,
         day_open_nusd=row["day_open_nusd"] or 0,
         adjusted_nusd=row["adjusted_nusd"],
+        removed_at=row["removed_at"],
         record=h,
-        probe_taken=health.probe_outstanding(
-            h, row["probe_state"] == "open", selection.parse_time(row["probe_created_at"]), now
-        ),
+        probe_taken=health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
+        host_record=hh,
+        host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
         in_ledger=True,
         model_record=None if model is None else _model_health_from(row, model),
     )
 
 
-def _read_facts(conn, provider, month, now, full=True, model=None):
+def _read_facts(conn, provider, month, now, host, full=True, model=None):
     return {
         row["name"]: _facts_from_row(row, now, full, model)
-        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model})
+        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host})
     }
 
 
@@ -255,7 +304,10 @@ class Ledger:
     backends differ only in connecting, locking, dialect and schema creation: every rule below is
     the same on both (docs/architecture.md "Ledger on PostgreSQL")."""
 
-    def __init__(self, path=None):
+    def __init__(self, path=None, *, host=None):
+        # The machine this ledger object admits from: host-class failures (transport) are kept
+        # per host (docs/architecture.md "Failure classes and health"). Tests name hosts.
+        self.host = this_host() if host is None else check_id(host, "host")
         if path is None:
             from . import paths  # imports llm; only needed for the default path
 
@@ -434,7 +486,7 @@ class Ledger:
             raise self._unavailable(
                 f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
             )
-        facts = _read_facts(conn, provider, month, now, full=False, model=quote.requested_model)
+        facts = _read_facts(conn, provider, month, now, self.host, full=False, model=quote.requested_model)
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
         if moving:
             bound = None
@@ -638,11 +690,11 @@ class Ledger:
         conn.execute(
             """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
                price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
-               ceiling_tokens)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?)""",
+               ceiling_tokens, host)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?)""",
             (attempt_id, scope.kind, scope.id, provider, name, month, day, ceiling, quote.price_revision,
              quote.requested_model, quote.request_digest, client, llm_response_id, ts,
-             getattr(quote, "ceiling_tokens", None)),
+             getattr(quote, "ceiling_tokens", None), self.host),
         )
         if new_binding:
             conn.execute(
@@ -650,8 +702,8 @@ class Ledger:
                 (scope.kind, scope.id, provider, name, ts, v.warm),
             )
             _count_bound(conn, month, provider, name, v.warm)
-        if v.probe:
-            _write_health(conn, provider, name, health.start_probe(f.record, attempt_id))
+        # A probe is admitted without a write: the attempt row itself holds the half-open slot
+        # (``_probe_sql``).
 
     def leave(self, waiter):
         """A waiter that stops waiting gives up its place (docs/architecture.md "Waiting for room")."""
@@ -667,7 +719,7 @@ class Ledger:
                    weight = excluded.weight, removed_at = NULL""",
                 (provider, account.name, *settings, ts),
             )
-        elif (f.key_env, f.rank, f.weight) != settings:
+        elif (f.key_env, f.rank, f.weight) != settings or f.removed_at is not None:
             conn.execute(
                 "UPDATE account SET key_env = ?, rank = ?, weight = ?, removed_at = NULL WHERE provider = ? AND name = ?",
                 (*settings, provider, account.name),
@@ -695,14 +747,22 @@ class Ledger:
         ts = clock.isoformat(now)
         row = conn.execute(
             _ATTEMPT_SQL,
-            (attempt_id,),
+            (attempt_id, self.host),
         ).fetchone()
         if row is None:
             raise self._unavailable("it has no attempt with this id (was it reserved on another ledger?)")
         provider, name = row["provider"], row["account"]
         h = _health_from(row)
+        hh = _health_from(row, "hh_")
         if row["state"] == "settled":
             if fields is None or _same_settlement(row, fields):
+                return "already_settled"
+            if isinstance(evidence, Complete) and fields["cost_nusd"] == row["cost_nusd"] and conn.execute(
+                "SELECT 1 FROM adjustment WHERE attempt_id = ? AND kind = 'reconciliation'", (attempt_id,)
+            ).fetchone():
+                # A reconciliation (from the usage report, say) came first and the answer agrees
+                # with it: the same cost twice is no conflict (docs/architecture.md "Settling from
+                # the provider").
                 return "already_settled"
             # Differing final evidence blocks the account; the original row stays
             # (docs/architecture.md "Ceilings and settlement").
@@ -717,7 +777,7 @@ class Ledger:
                 )
             )
         if isinstance(evidence, Unknown):
-            return self._record_unknown(conn, row, evidence, h, ts, now)
+            return self._record_unknown(conn, row, evidence, h, hh, ts, now)
         cost, ceiling = fields["cost_nusd"], row["ceiling_nusd"]
         month_total = row["m_settled"] + row["m_open"] + row["m_adjusted"] - ceiling + cost
         if month_total > INT64_MAX:
@@ -747,22 +807,24 @@ class Ledger:
         )
         _move_to_settled(conn, row, cost)
         if isinstance(evidence, Complete):
-            self._settle_complete(conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now)
+            self._settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now)
         elif isinstance(evidence, NotSent):
             if not evidence.caller_cancelled:
                 _clear_warm(conn, provider, name)
-            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
         else:
             _clear_warm(conn, provider, name)
             self._record_failure(
-                conn, row, h, evidence.failure_class, evidence.http_status, ts, now, evidence.retry_after_s
+                conn, row, h, hh, evidence.failure_class, evidence.http_status, ts, now, evidence.retry_after_s
             )
         return "settled"
 
-    def _settle_complete(self, conn, row, evidence, h, cert, hour_after_key, server_tools, ts, now):
+    def _settle_complete(self, conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now):
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
         admitted = selection.parse_time(row["created_at"])
         _write_health(conn, provider, name, health.record_success(h, now, admitted, attempt_id))
+        if hh is not None:
+            # The path from this attempt's machine works: its host row is cleared the same way.
+            _write_health(conn, provider, name, health.record_success(hh, now, admitted, attempt_id), row["attempt_host"])
         saved = cache_savings.saved_nusd(evidence.usage, evidence.served_model, row["price_revision"])
         if saved:
             conn.execute(
@@ -783,23 +845,30 @@ class Ledger:
         elif cert is not None and row["block_reason"] is None:
             _write_warm(conn, row, clean_usage(evidence.usage), cert, hour_after_key, server_tools)
 
-    def _record_unknown(self, conn, row, evidence, h, ts, now):
+    def _record_unknown(self, conn, row, evidence, h, hh, ts, now):
         """The attempt stays open; its first recorded reason stands (docs/architecture.md "Attempt outcomes")."""
         provider, name = row["provider"], row["account"]
         if row["outcome"] is None or (row["failure_class"] is None and evidence.failure_class is not None):
             conn.execute(
                 """UPDATE attempt SET outcome = COALESCE(outcome, ?), failure_class = COALESCE(failure_class, ?),
-                   http_status = COALESCE(http_status, ?) WHERE id = ?""",
-                (evidence.outcome, evidence.failure_class, evidence.http_status, row["id"]),
+                   http_status = COALESCE(http_status, ?), provider_error_type = COALESCE(provider_error_type, ?),
+                   rejection_class = COALESCE(rejection_class, ?) WHERE id = ?""",
+                (evidence.outcome, evidence.failure_class, evidence.http_status, evidence.provider_error_type,
+                 evidence.rejection_class, row["id"]),
             )
         if evidence.outcome not in CALLER_OUTCOMES:
             _clear_warm(conn, provider, name)
-        self._record_failure(conn, row, h, evidence.failure_class, evidence.http_status, ts, now)
+        self._record_failure(conn, row, h, hh, evidence.failure_class, evidence.http_status, ts, now)
         return "still_open"
 
-    def _record_failure(self, conn, row, h, failure_class, http_status, ts, now, retry_after_s=None):
+    def _record_failure(self, conn, row, h, hh, failure_class, http_status, ts, now, retry_after_s=None):
+        """Write what a failure of ``failure_class`` changes: a model's row, the attempt's host's
+        row (``health.HOST_CLASSES``) or the account's (docs/architecture.md "Failure classes and
+        health"). A failure with no verdict writes nothing: its attempt, now given an outcome, no
+        longer holds a probe slot."""
         provider, name, attempt_id = row["provider"], row["account"], row["id"]
         retry_after = None if retry_after_s is None else dt.timedelta(seconds=retry_after_s)
+        admitted = selection.parse_time(row["created_at"])
         if failure_class in health.MODEL_CLASSES:
             # The model cools on this account; the account itself stays as it is.
             model = row["requested_model"]
@@ -812,15 +881,14 @@ class Ledger:
                          last_failure_at = excluded.last_failure_at, cooldown_until = excluded.cooldown_until""",
                     (provider, name, model, _iso(changed.since), _iso(changed.last_failure_at), _iso(changed.cooldown_until)),
                 )
-            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
+        elif failure_class in health.HOST_CLASSES:
+            changed = health.record_failure(hh, failure_class, http_status, now, attempt_id, retry_after, admitted)
+            _write_health(conn, provider, name, changed, row["attempt_host"])
         elif failure_class in health.HEALTH_CLASSES:
-            _write_health(
-                conn, provider, name, health.record_failure(h, failure_class, http_status, now, attempt_id, retry_after)
-            )
+            changed = health.record_failure(h, failure_class, http_status, now, attempt_id, retry_after, admitted)
+            _write_health(conn, provider, name, changed)
             if failure_class == "auth":
                 self._block(conn, provider, name, row["block_reason"], "auth_failed", f"attempt:{attempt_id}", ts)
-        else:
-            _write_health(conn, provider, name, health.release_probe(h, attempt_id))
 
     # -- blocks, reconciliation, adjustments, rebinding ----------------------------------------
 
@@ -853,11 +921,32 @@ class Ledger:
 
         return self._run("block", run)
 
+    def mark_removed(self, account, *, provider="anthropic", now=None):
+        """Record that ``llm accounts remove`` removed ``account`` (``account.removed_at``): its
+        history stays, and the next admission of a declaration of that name clears the mark.
+        Returns whether a row was marked (False: not in the ledger, or already marked).
+
+        Only the command sets it: a declaration comes from the environment, dotenv files or
+        accounts.json as each process sees them, so one process not declaring an account says
+        nothing about the others (docs/architecture.md "Ledger")."""
+        name, _ = account_ref(account)
+
+        def run(conn):
+            ts = clock.isoformat(now or clock.now())
+            cursor = conn.execute(
+                "UPDATE account SET removed_at = ? WHERE provider = ? AND name = ? AND removed_at IS NULL",
+                (ts, provider, name),
+            )
+            return cursor.rowcount == 1
+
+        return self._run("mark_removed", run)
+
     def clear_block(self, adjustment_id, account, source_ref, *, provider="anthropic", now=None):
         """Unblock: a zero-delta ``unblock`` row with no month, recorded with its source.
 
         It ends the account's block and any health dwell with it (an authentication failure, a
-        cooldown such as exhausted credit, a probe in flight, every model cooling there).
+        cooldown such as exhausted credit, a probe in flight, every model cooling there, and every
+        machine's transport cooldown on it).
         Returns ``"unblocked"`` (a block ended), ``"health_cleared"`` (no block, but a dwell or a
         model cooldown ended), ``"not_blocked"`` (nothing to clear) or ``"already_recorded"``.
         """
@@ -876,11 +965,18 @@ class Ledger:
             models = conn.execute(
                 "SELECT COUNT(*) FROM model_health WHERE provider = ? AND account = ?", (provider, name)
             ).fetchone()[0]
+            hosts = conn.execute(
+                """SELECT COUNT(*) FROM host_health WHERE provider = ? AND account = ?
+                   AND (state = 'failing' OR transport_failures > 0)""",
+                (provider, name),
+            ).fetchone()[0]
             detail = current["block_reason"]
             if detail is None and cleared is not None and record.state == "failing":
                 detail = record.failure_class
             if detail is None and models:
                 detail = "model_unavailable"
+            if detail is None and hosts:
+                detail = "transport"
             conn.execute(
                 """INSERT INTO adjustment (id, kind, provider, account, delta_nusd, source_ref, detail, created_at)
                    VALUES (?, 'unblock', ?, ?, 0, ?, ?, ?)""",
@@ -889,8 +985,10 @@ class Ledger:
             _write_health(conn, provider, name, cleared)
             if models:
                 conn.execute("DELETE FROM model_health WHERE provider = ? AND account = ?", (provider, name))
+            if hosts:
+                conn.execute("DELETE FROM host_health WHERE provider = ? AND account = ?", (provider, name))
             if current["block_reason"] is None:
-                return "health_cleared" if cleared is not None or models else "not_blocked"
+                return "health_cleared" if cleared is not None or models or hosts else "not_blocked"
             conn.execute(
                 "UPDATE account SET block_reason = NULL, blocked_at = NULL WHERE provider = ? AND name = ?", (provider, name)
             )
@@ -911,7 +1009,7 @@ class Ledger:
         def run(conn):
             row = conn.execute(
                 _ATTEMPT_SQL,
-                (attempt_id,),
+                (attempt_id, self.host),
             ).fetchone()
             if row is None:
                 raise AccountsError("not_found", "attempt_id: no attempt with this id is in the ledger (see llm accounts attempts --open)")
@@ -940,11 +1038,6 @@ class Ledger:
                    VALUES (?, 'reconciliation', ?, ?, ?, ?, 0, ?, ?, ?)""",
                 (adjustment_id, attempt_id, row["provider"], row["account"], row["month_utc"], source_ref, str(cost_nusd), ts),
             )
-            if row["h_probe"] == attempt_id:
-                conn.execute(
-                    "UPDATE health SET probe_attempt_id = NULL WHERE provider = ? AND account = ?",
-                    (row["provider"], row["account"]),
-                )
             return "reconciled"
 
         return self._run("reconcile", run)
@@ -1103,7 +1196,7 @@ class Ledger:
         def run(conn):
             at = now or clock.now()
             month, day = clock.credit_month(at), clock.utc_day(at)
-            facts = _read_facts(conn, provider, month, at, full=False, model=quote.requested_model)
+            facts = _read_facts(conn, provider, month, at, self.host, full=False, model=quote.requested_model)
             verdicts = {
                 name: self._verdict(conn, provider, account, facts, quote, day, at, client)
                 for name, account in declared.items()
@@ -1122,7 +1215,7 @@ class Ledger:
 
         def run(conn):
             at = now or clock.now()
-            facts = _read_facts(conn, provider, clock.credit_month(at), at)
+            facts = _read_facts(conn, provider, clock.credit_month(at), at, self.host)
             problem = selection.period_conflict(
                 declared, facts.get(name) or selection.Facts(name=name), facts.values(), at
             )
@@ -1134,7 +1227,7 @@ class Ledger:
     def _status_lines(self, conn, declared, provider, now):
         month, day = clock.credit_month(now), clock.utc_day(now)
         start, end = clock.credit_period(month)
-        facts = _read_facts(conn, provider, month, now)
+        facts = _read_facts(conn, provider, month, now, self.host)
         cooling_models = {}
         for row in conn.execute(
             "SELECT account, model, cooldown_until FROM model_health WHERE provider = ? ORDER BY account, model", (provider,)
@@ -1166,7 +1259,8 @@ class Ledger:
             # one in force at the account's latest admission.
             daily = getattr(account, "daily_budget_nusd", None) if account is not None else f.daily_budget_nusd
             day_settled, day_open = self._day_totals(conn, provider, f, day)
-            h = f.record
+            # The row that restricts the account most, its own or this machine's (transport).
+            _, h, probe_taken = selection.gated(f, now)
             conflict = bool(
                 account is not None and f.month_row
                 and (f.budget_nusd, f.month_key_env) != (account.budget_nusd, account.key_env)
@@ -1192,7 +1286,7 @@ class Ledger:
                     today_open_nusd=day_open,
                     today_remaining_nusd=None if daily is None else daily - day_settled - day_open,
                     day_resets_at=clock.isoformat(clock.next_day_start(now)),
-                    health=health.view(h, now, f.probe_taken),
+                    health=health.view(h, now, probe_taken),
                     failure_class=None if h is None else h.failure_class,
                     http_status=None if h is None else h.http_status,
                     cooldown_until=None if h is None else _iso(h.cooldown_until),
@@ -1330,6 +1424,31 @@ class Ledger:
         ``reconcile``, or in flight."""
         return self.attempts(state="open", oldest_first=True, **filters)
 
+    def attempts_between(self, account, start, end, *, provider="anthropic"):
+        """One account's attempts created in ``[start, end)`` (aware datetimes), oldest first: the
+        rows a usage report's minutes are matched against (docs/architecture.md "Settling from the
+        provider"). Off the request path, so it reads without an index on ``created_at``."""
+        check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        sql = (
+            "SELECT * FROM attempt WHERE provider = ? AND account = ? AND created_at >= ? AND created_at < ? "
+            f"ORDER BY {self._backend.order_column}"
+        )
+        args = (provider, account, clock.isoformat(start), clock.isoformat(end))
+        return self._run("attempts_between", lambda conn: [dict(row) for row in conn.execute(sql, args)], write=False)
+
+    def daily_spend(self, account, first_day, last_day, *, provider="anthropic"):
+        """``{day_utc: (settled cost, settled attempts, open attempts)}`` of one account's attempts
+        from ``first_day`` to ``last_day`` (YYYY-MM-DD, inclusive), for the audit against the
+        provider's reports (docs/architecture.md "Auditing against the bill")."""
+        check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        sql = """SELECT day_utc, COALESCE(SUM(cost_nusd), 0),
+                   SUM(CASE WHEN state = 'settled' THEN 1 ELSE 0 END), SUM(CASE WHEN state = 'open' THEN 1 ELSE 0 END)
+                 FROM attempt WHERE provider = ? AND account = ? AND day_utc >= ? AND day_utc <= ? GROUP BY day_utc"""
+        args = (provider, account, first_day, last_day)
+        return self._run(
+            "daily_spend", lambda conn: {row[0]: (int(row[1]), int(row[2]), int(row[3])) for row in conn.execute(sql, args)}, write=False
+        )
+
     def audit(self, *, provider="anthropic"):
         """Recompute every month's running totals from its attempt rows; list any that differ."""
 
@@ -1369,18 +1488,22 @@ class Ledger:
 # Statement helpers used inside transactions
 
 
-def _write_health(conn, provider, name, h):
+def _write_health(conn, provider, name, h, host=None):
+    """Write the account's health row, or with ``host`` that host's row; ``None`` writes nothing."""
     if h is None:
         return
+    table, key, keys = ("health", (), "provider, account") if host is None else (
+        "host_health", (host,), "provider, account, host"
+    )
     conn.execute(
-        """INSERT INTO health (provider, account, state, failure_class, http_status, since, last_failure_at,
+        f"""INSERT INTO {table} ({keys}, state, failure_class, http_status, since, last_failure_at,
              last_success_at, cooldown_until, probe_attempt_id, transport_failures)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-           ON CONFLICT (provider, account) DO UPDATE SET state = excluded.state, failure_class = excluded.failure_class,
+           VALUES ({", ".join("?" * (len(key) + 11))})
+           ON CONFLICT ({keys}) DO UPDATE SET state = excluded.state, failure_class = excluded.failure_class,
              http_status = excluded.http_status, since = excluded.since, last_failure_at = excluded.last_failure_at,
              last_success_at = excluded.last_success_at, cooldown_until = excluded.cooldown_until,
              probe_attempt_id = excluded.probe_attempt_id, transport_failures = excluded.transport_failures""",
-        (provider, name, h.state, h.failure_class, h.http_status, _iso(h.since), _iso(h.last_failure_at),
+        (provider, name, *key, h.state, h.failure_class, h.http_status, _iso(h.since), _iso(h.last_failure_at),
          _iso(h.last_success_at), _iso(h.cooldown_until), h.probe_attempt_id, h.transport_failures),
     )
 
@@ -1629,6 +1752,19 @@ async def run_async(fn, *args, **kw):
     to start (docs/architecture.md "Ledger"); ``ledger_busy`` otherwise. Once the worker has started the
     bound no longer applies: the call runs to its own SQLite bound and reports its real outcome, so
     a caller is never told a committed write failed."""
+    return await _in_worker(fn, args, kw, ADMISSION_TIMEOUT_S)
+
+
+async def settle_async(fn, *args, **kw):
+    """Run a settlement in a worker thread, waiting for the worker however long it takes: once a
+    request may have been sent the provider may have answered and billed, and giving up before
+    the settlement runs would drop a paid answer (docs/architecture.md "Ledger"). The call itself
+    keeps its SQLite bound; a ``ledger_busy`` from it leaves the attempt open with its ceiling,
+    and a delivered answer says so in one warning (docs/errors.md "After delivery")."""
+    return await _in_worker(fn, args, kw, None)
+
+
+async def _in_worker(fn, args, kw, bound):
     loop = asyncio.get_running_loop()
     requested = time.perf_counter()
     phase = {"value": "waiting"}
@@ -1653,7 +1789,7 @@ async def run_async(fn, *args, **kw):
 
     done = loop.run_in_executor(None, work)
     try:
-        await asyncio.wait_for(asyncio.shield(started), ADMISSION_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.shield(started), bound)
     except BaseException as error:
         with gate:
             abandon = phase["value"] == "waiting"
@@ -1665,7 +1801,7 @@ async def run_async(fn, *args, **kw):
                 _log_event(op, "ledger_busy", time.perf_counter() - requested)
                 raise AccountsError(
                     "ledger_busy",
-                    f"no worker thread was free for the ledger within {ADMISSION_TIMEOUT_S:g} s; the ledger call did not run, try again",
+                    f"no worker thread was free for the ledger within {bound:g} s; the ledger call did not run, try again",
                 ) from None
             _log_event(op, type(error).__name__, time.perf_counter() - requested)
             raise

@@ -21,7 +21,7 @@ from . import classify, payload, room, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
-from .ledger import run_async
+from .ledger import run_async, settle_async
 from .options import RoutedOptions, check_prompt, not_utf8, options_for
 from .retries import DEFAULT_RETRIES, parse_retry_after
 from .wire import message_problem, usage_problem
@@ -63,7 +63,18 @@ class _Shared:
                     "--key cannot be used while accounts are declared; the ledger chooses the account (pin one with -o account NAME)",
                 )
             return None
-        return super().get_key(explicit_key)
+        try:
+            return super().get_key(explicit_key)
+        except llm.NeedsKeyException:
+            pass
+        # Unrouted with no key: the newcomer who has not declared an account yet is told how to
+        # (docs/architecture.md "Environment"), still as llm's NeedsKeyException.
+        raise NoKeyError(
+            "credential_missing",
+            "no accounts are declared and llm has no Anthropic key: declare accounts with "
+            "'llm accounts add NAME --key-env VAR --budget USD' (README \"Declaring accounts\"), or send "
+            "unrouted with 'llm keys set anthropic' or ANTHROPIC_API_KEY",
+        )
 
     def _prepare(self, prompt, stream, conversation, key, response=None):
         from .declarations import load_declaration
@@ -255,11 +266,17 @@ def _parsed(raw):
         return None
 
 
-def _stream_failure(attempt, outcome, malformed=None):
+def _stream_failure(attempt, outcome, malformed=None, failure=None, info=None):
     """The routed error for a response that ended early or broke the stream format (``malformed``
-    is our text, never theirs); its attempt stays open (unknown)."""
+    is our text, never theirs); its attempt stays open (unknown). A mid-stream ``error`` event
+    (``info``, closed-set values only) raises the code of its failure class."""
     code = "provider_error" if outcome == "stream_error" else "transport_error"
     what = f"the stream was malformed: {malformed}" if malformed else f"the response ended early ({outcome})"
+    if info is not None and attempt.reservation is not None:
+        from .routing import stream_error_story
+
+        code = classify.stream_error_code(failure)
+        what = stream_error_story(attempt.account, failure, info)
     if attempt.reservation is None:
         return AccountsError(code, what)
     return AccountsError(
@@ -315,6 +332,11 @@ def _unrecorded(attempt, error):
 class RoutedError(AccountsError, llm.ModelError):
     """A routed error as llm's ``ModelError``, so llm and Python callers handle it like any
     model's errors; its code, account and attempt are those of the ``AccountsError``."""
+
+
+class NoKeyError(RoutedError, llm.NeedsKeyException):
+    """No accounts declared and no key for llm's single Anthropic key: llm's own missing-key error,
+    with a code and the hint to declare accounts."""
 
 
 class RoutedRefusal(RoutedError):
@@ -471,9 +493,9 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 end.fail(error)  # raised once the held text below is shown
             transport.drain(resp, lines)  # settled first; then the connection can be reused
         else:
-            outcome, failure = reader.failure()
-            call.stream_failed(attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome, reader.malformed))
+            outcome, failure, info = reader.failure()
+            call.stream_failed(attempt, outcome, failure, info)
+            end.decide(_stream_failure(attempt, outcome, reader.malformed, failure, info))
         yield from reader.finish()
         if refused is not None:
             end.fail(refused)
@@ -564,7 +586,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             try:
                 message = _parsed(await resp.aread())
             except httpx.HTTPError:
-                await run_async(call.stream_failed, attempt, "transport_error", "transport")
+                await settle_async(call.stream_failed, attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
                 return
             except asyncio.CancelledError:
@@ -612,9 +634,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 end.fail(error)
             await transport.adrain(lines)
         else:
-            outcome, failure = reader.failure()
-            await _shielded(call.stream_failed, attempt, outcome, failure)
-            end.decide(_stream_failure(attempt, outcome, reader.malformed))
+            outcome, failure, info = reader.failure()
+            await _shielded(call.stream_failed, attempt, outcome, failure, info)
+            end.decide(_stream_failure(attempt, outcome, reader.malformed, failure, info))
         for event in reader.finish():
             yield event
         if refused is not None:
@@ -623,8 +645,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
 async def _shielded(fn, *args):
     """Run a settlement in a worker, shielded from the caller's cancellation: an attempt's
-    outcome is recorded even when its caller gives up (docs/architecture.md "Attempt outcomes")."""
-    return await asyncio.shield(run_async(fn, *args))
+    outcome is recorded even when its caller gives up (docs/architecture.md "Attempt outcomes").
+    It waits for a worker however long it takes (``settle_async``): the request was sent."""
+    return await asyncio.shield(settle_async(fn, *args))
 
 
 async def _outcome_of(task):

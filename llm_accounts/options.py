@@ -6,6 +6,7 @@ as one ``declaration_invalid`` line naming the option and the rule, never the va
 (which could be a key pasted in the wrong place). See docs/errors.md.
 """
 
+import difflib
 import enum
 import json
 import re
@@ -21,6 +22,10 @@ from .errors import AccountsError
 from .retries import MAX_RETRIES
 from .records import CLIENT_RE
 
+
+# The shape of an option name that an error may repeat (docs/errors.md "Option mistakes"): what
+# llm's options look like, never a key's mixed case, digits or dashes.
+OPTION_NAME = re.compile(r"[a-z][a-z_]{0,39}")
 
 # What pydantic reads as a boolean, so ``-o cache true`` means what it means for llm-anthropic.
 BOOLEAN_WORDS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
@@ -266,8 +271,16 @@ def check_prompt(prompt):
     for name in options.model_extra or {}:
         if name in OTHER_MODELS_OPTIONS:
             raise AccountsError("declaration_invalid", f"option {name}: {OTHER_MODELS_OPTIONS[name]}")
-        shown = "an option name that looks like a key" if "sk-ant" in name.lower() else f"option {name}"
-        raise AccountsError("declaration_invalid", f"{shown}: claude-routed has no such option (see llm models --options)")
+        close = difflib.get_close_matches(name.lower(), type(options).model_fields, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        if OPTION_NAME.fullmatch(name):
+            raise AccountsError("declaration_invalid", f"option {name}: claude-routed has no such option{hint} (see llm models --options)")
+        # Any other text may be a key pasted in the wrong place: it is not repeated.
+        raise AccountsError(
+            "declaration_invalid",
+            f"an unknown option (its name is not repeated: it is not shaped like an option name such as max_tokens){hint} "
+            "(see llm models --options)",
+        )
     if options.temperature is not None and options.top_p is not None:
         raise AccountsError("declaration_invalid", "options temperature and top_p: set one of them, not both")
     for what, text in (("prompt", prompt.prompt), ("system prompt", prompt.system)):

@@ -3,6 +3,8 @@
 import json
 import os
 import pathlib
+import re
+import stat
 import tempfile
 
 LEDGER_ENV = "LLM_ACCOUNTS_LEDGER"
@@ -31,27 +33,111 @@ def is_database_url(text):
     return isinstance(text, str) and text.startswith(("postgresql://", "postgres://"))
 
 
-def mask_url(url):
-    """``url`` with any password (in the authority or a ``password`` parameter) replaced by
-    ``***``: a URL is never printed with its password."""
-    import urllib.parse
+# Parameters whose value is a credential: shown as ***, never passed to a child.
+SECRET_PARAMETERS = ("password", "sslpassword")
+UNREADABLE_URL = "postgresql://(a URL that could not be read)"
+_LOCATION = ("user", "host", "port", "dbname")
+_PORTS = re.compile(r"[0-9,]*")
+# What the hand-written reading shows when psycopg is absent; every other value is masked.
+_PLAIN_PARAMETERS = frozenset(
+    {
+        "host", "hostaddr", "port", "dbname", "user", "sslmode", "connect_timeout", "application_name",
+        "target_session_attrs",
+    }
+)
 
+
+def mask_url(url):
+    """``url`` as it may be printed: read by libpq's own rules (``psycopg.conninfo``), so a
+    password holding ``?``, ``#`` or ``%``-escapes is found where libpq finds it, then written
+    back as a URL with every credential (``SECRET_PARAMETERS``, in the authority or as a
+    parameter) replaced by ``***`` (docs/architecture.md "Ledger on PostgreSQL"). Without psycopg
+    (the ``postgres`` extra) a cautious reading masks more, never less."""
     try:
-        parts = urllib.parse.urlsplit(url)
-        netloc = parts.netloc
-        if "@" in netloc:
-            userinfo, _, hosts = netloc.rpartition("@")
-            if ":" in userinfo:
-                userinfo = userinfo.split(":", 1)[0] + ":***"
-            netloc = f"{userinfo}@{hosts}"
-        items = []
-        for item in filter(None, parts.query.split("&")):
-            key, equals, value = item.partition("=")
-            items.append(f"{key}=***" if urllib.parse.unquote(key).lower() == "password" else item)
-        query = "&".join(items)
-        return f"{parts.scheme}://{netloc}{parts.path}" + (f"?{query}" if query else "")
-    except ValueError:
-        return "postgresql://(a URL that could not be read)"
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:
+        return _mask_by_hand(url)
+    try:
+        parameters = conninfo_to_dict(url)
+    except Exception:  # psycopg's message can quote the URL
+        return UNREADABLE_URL
+    return _as_url(parameters)
+
+
+def ledger_credentials(url):
+    """The secret values a ledger URL carries (libpq's reading), for keeping them out of a child's
+    environment; none when psycopg cannot read it."""
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        parameters = conninfo_to_dict(url)
+    except Exception:
+        return ()
+    return tuple(parameters[name] for name in SECRET_PARAMETERS if parameters.get(name))
+
+
+def _as_url(parameters):
+    from urllib.parse import quote
+
+    parameters = dict(parameters)
+    for name in _LOCATION[1:]:
+        # libpq reads "user:pass/word@host" as host "user", port "pass", database "word@host":
+        # an "@" there is the remnant of credentials, so the field is not shown.
+        if "@" in parameters.get(name, ""):
+            parameters[name] = "***"
+    if not _PORTS.fullmatch(parameters.get("port", "")):
+        parameters["port"] = "***"  # "user:password/db" reads as host "user", port "password"
+    user, password = parameters.pop("user", None), parameters.pop("password", None)
+    host, port, dbname = (parameters.pop(name, None) for name in _LOCATION[1:])
+    if host and host.startswith("/"):  # a socket directory goes in the query, as libpq allows
+        parameters = {"host": host, **parameters}
+        host = None
+    userinfo = (quote(user, safe="") if user else "") + (":***" if password is not None else "")
+    hosts = (host or "").split(",")
+    ports = (port or "").split(",")
+    ports = ports * len(hosts) if len(ports) == 1 else ports
+    if len(ports) != len(hosts):
+        ports = ["***"] * len(hosts)  # libpq would refuse it; show nothing that could be wrong
+    netloc = ",".join(
+        (f"[{quote(h, safe=':*')}]" if ":" in h else quote(h, safe="*")) + (f":{p}" if p else "")
+        for h, p in zip(hosts, ports)
+    )
+    netloc = (userinfo + "@" if userinfo else "") + netloc
+    query = "&".join(
+        f"{quote(name, safe='')}=" + ("***" if name in SECRET_PARAMETERS else quote(value, safe="/*"))
+        for name, value in parameters.items()
+    )
+    return f"postgresql://{netloc}/{quote(dbname, safe='*') if dbname else ''}" + (f"?{query}" if query else "")
+
+
+def _mask_by_hand(url):
+    """libpq's URL rules, read cautiously: the userinfo runs to the last ``@`` before the first
+    ``/`` (libpq stops at the first, so this masks at least as much), and every parameter value
+    not known to be plain is masked."""
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return UNREADABLE_URL
+    authority, slash, tail = rest.partition("/")
+    if "@" in authority:
+        userinfo, _, authority = authority.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        hidden = colon or "?" in user or "#" in user
+        userinfo = re.split(r"[?#]", user, maxsplit=1)[0] + (":***" if hidden else "")
+    else:
+        userinfo = None
+    if not slash:
+        authority, question, tail = authority.partition("?")
+        tail = question and "?" + tail
+    host, colon, port = authority.rpartition(":")
+    if colon and not authority.endswith("]") and not _PORTS.fullmatch(port):
+        authority = f"{host}:***"
+    path, question, query = tail.partition("?")
+    items = []
+    for item in filter(None, query.split("&")):
+        name, _, value = item.partition("=")
+        items.append(item if name in _PLAIN_PARAMETERS and name not in SECRET_PARAMETERS else f"{name}=***")
+    netloc = (f"{userinfo}@" if userinfo is not None else "") + authority
+    return f"postgresql://{netloc}/{path.split('#', 1)[0]}" + (f"?{'&'.join(items)}" if items else "")
 
 
 class DatabaseURL:
@@ -97,3 +183,53 @@ def write_private_json(path, data, **dump_options):
             pass
         raise
     return path
+
+
+# Reading (docs/security.md "Files read")
+
+MAX_READ_BYTES = 1024 * 1024  # declarations, dotenv files, llm's keys.json, price files
+
+
+class FileProblem(Exception):
+    """A file that is there but may not be read: ``reason`` says what is wrong with it (never
+    what it holds), for the caller's coded line."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def read_limited(path, limit=MAX_READ_BYTES):
+    """The bytes of ``path``, a regular file of at most ``limit`` bytes.
+
+    Opened without blocking, so a FIFO nobody writes to cannot hang the caller, then judged by
+    ``fstat`` on what was opened (a link is followed: a link to /dev/zero is a device); at most
+    ``limit`` + 1 bytes are read, so a file growing meanwhile is still refused. A missing file
+    raises ``FileNotFoundError``; anything else wrong raises ``FileProblem``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError:
+        raise FileProblem("could not be read") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise FileProblem("is not a regular file (a FIFO, device or directory)")
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError:
+        raise FileProblem("could not be read") from None
+    finally:
+        os.close(fd)
+    if size > limit:
+        raise FileProblem(f"is larger than {_size(limit)}")
+    return b"".join(chunks)
+
+
+def _size(limit):
+    return f"{limit // (1024 * 1024)} MiB" if limit % (1024 * 1024) == 0 else f"{limit:,} bytes"

@@ -14,6 +14,7 @@ Refusal messages name fields, paths and rules, never request content.
 import hashlib
 import json
 import math
+import pathlib
 import re
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -21,6 +22,7 @@ from functools import lru_cache
 from importlib import resources
 
 from .errors import AccountsError
+from .paths import FileProblem, read_limited
 
 STATUSES = ("active", "deprecated", "retired")
 RATE_NAMES = ("input", "write_5m", "write_1h", "cache_read", "output")
@@ -257,12 +259,21 @@ def load_revision(revision_id):
     if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
         raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
     path = _price_files().joinpath(revision_id + ".json")
-    if not path.is_file():
-        raise AccountsError(
-            "unsupported_pricing",
-            "price revision is not shipped with this version; see 'llm accounts prices'",
-        )
-    revision = revision_from_dict(json.loads(path.read_text(encoding="utf-8")))
+    missing = AccountsError(
+        "unsupported_pricing", "price revision is not shipped with this version; see 'llm accounts prices'"
+    )
+    if not isinstance(path, pathlib.Path):  # a package inside an archive: its own reader
+        if not path.is_file():
+            raise missing
+        raw = path.read_bytes()
+    else:
+        try:
+            raw = read_limited(path)  # docs/security.md "Files read"
+        except FileNotFoundError:
+            raise missing from None
+        except FileProblem as error:
+            raise AccountsError("unsupported_pricing", f"price revision file {revision_id}.json: {error.reason}") from None
+    revision = revision_from_dict(json.loads(raw.decode("utf-8")))
     if revision.id != revision_id:
         raise ValueError(f"{revision_id}.json: holds revision {revision.id}")
     return revision

@@ -113,6 +113,9 @@ class Unknown:
     outcome: str
     failure_class: str | None = None
     http_status: int | None = None
+    # A mid-stream error event's documented type and rejection class (docs/errors.md "Rejection classes").
+    provider_error_type: str | None = None
+    rejection_class: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,7 +440,13 @@ def check_evidence(evidence):
         if evidence.failure_class is not None and evidence.failure_class not in health.FAILURE_CLASSES:
             raise invalid("failure_class", "must be a failure class")
         status = evidence.http_status
-        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599):
+        # Any three-digit status httpx hands back, so an unexpected one (600 and up) is recorded
+        # with its outcome rather than refused (docs/errors.md "An unexpected status").
+        if status is not None and (isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 999):
             raise invalid("http_status", "must be an HTTP status code")
+        if evidence.provider_error_type is not None and evidence.provider_error_type not in ERROR_TYPES:
+            raise invalid("provider_error_type", "must be a documented error.type or 'other'")
+        if evidence.rejection_class is not None and evidence.rejection_class not in REJECTION_CLASSES:
+            raise invalid("rejection_class", "must be a rejection class or 'other'")
         return None
     raise invalid("evidence", "must be Complete, NotSent, Refused or Unknown")

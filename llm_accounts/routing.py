@@ -19,7 +19,7 @@ import dataclasses
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, room, selection
+from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -72,6 +72,9 @@ class RoutedCall:
         # A list older than a day is fetched again in a background thread: this prompt routes on
         # the lists just read and never waits; the next prompt uses the new ones.
         catalog.refresh_stale_in_background(declaration, served)
+        # Likewise, open attempts are settled from the usage report where it leaves no doubt
+        # (docs/architecture.md "Settling from the provider").
+        provider_pass.settle_in_background(declaration)
         self.records = []
         self.tried = []
         # (account, short summary, error) of each attempt a new conversation moved on from.
@@ -299,9 +302,21 @@ class RoutedCall:
             f" ({info.rejection_class})" if info.rejection_class != "other" else ""
         )
         fate = "nothing was billed" if documented else "the attempt stays open with its ceiling until reconciled"
+        code, story = classify.error_code_for(outcome), ""
+        if failure == "quota_exhausted":
+            # One story for out of credit, whatever status carried it (docs/architecture.md "Quota exhaustion").
+            code, story = classify.error_code_for(failure), f"; {selection.out_of_credit(attempt.account)}"
+        elif failure == "auth":
+            # The ledger blocked the account in that settlement (docs/architecture.md "Failure classes
+            # and health"): say so, and what ends the block.
+            key_env = self._account(attempt.account).key_env
+            story = (
+                f"; the account is now blocked: check its key ({key_env}), "
+                f"then run: llm accounts unblock {attempt.account}"
+            )
         error = AccountsError(
-            classify.error_code_for(outcome),
-            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id})",
+            code,
+            f"account '{attempt.account}' answered HTTP {status} {detail}; {fate} (attempt {attempt.id}){story}",
             account=attempt.account,
             attempt_id=attempt.id,
             http_status=status,
@@ -333,7 +348,7 @@ class RoutedCall:
             fate = "the request may have arrived, so the attempt stays open with its ceiling until reconciled"
         error = AccountsError(
             "transport_error",
-            f"account '{attempt.account}' could not be reached ({failure.kind}, failure class transport); "
+            f"account '{attempt.account}' could not be reached {transport.where()} ({failure.kind}, failure class transport); "
             f"{fate} (attempt {attempt.id})",
             account=attempt.account,
             attempt_id=attempt.id,
@@ -385,10 +400,15 @@ class RoutedCall:
         attempt.secret = None
         self._settle(attempt.id, NotSent(caller_cancelled=True), "not_sent", 0)
 
-    def stream_failed(self, attempt, outcome, failure_class=None):
-        """A stream that ended without complete usage: the attempt stays open (unknown)."""
+    def stream_failed(self, attempt, outcome, failure_class=None, info=None):
+        """A stream that ended without complete usage: the attempt stays open (unknown). ``info``
+        is a mid-stream error event's closed-set values, stored like an HTTP error's."""
         attempt.secret = None
-        self._settle(attempt.id, Unknown(outcome, failure_class), outcome, None)
+        if info is None:
+            evidence = Unknown(outcome, failure_class)
+        else:
+            evidence = Unknown(outcome, failure_class, None, info.provider_error_type, info.rejection_class)
+        self._settle(attempt.id, evidence, outcome, None)
         self._held_open(attempt, outcome)
 
     def _held_open(self, attempt, outcome):
@@ -430,7 +450,8 @@ class UnroutedCall:
 
     def transport_failed(self, attempt, failure):
         return AccountsError(
-            "transport_error", f"Anthropic could not be reached ({failure.kind}) (unrouted: no accounts declared)"
+            "transport_error",
+            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared)",
         )
 
     def completed(self, attempt, message, request_id=None):
@@ -439,8 +460,21 @@ class UnroutedCall:
     def not_sent(self, attempt):
         pass
 
-    def stream_failed(self, attempt, outcome, failure_class=None):
+    def stream_failed(self, attempt, outcome, failure_class=None, info=None):
         pass
+
+
+def stream_error_story(account, failure_class, info):
+    """What a stream that ended with an ``error`` event tells the user: the documented type, the
+    rejection class and the failure class (never the provider's text), and what the class did to
+    the account (docs/errors.md "From an answer to a code")."""
+    detail = info.provider_error_type + (f" ({info.rejection_class})" if info.rejection_class != "other" else "")
+    what = f"the stream ended with an error event {detail}, failure class {failure_class}"
+    if failure_class == "quota_exhausted":
+        return f"{what}; {selection.out_of_credit(account)}"
+    if failure_class == "auth":
+        return f"{what}; the account is blocked until its key is fixed and 'llm accounts unblock {account}' is run"
+    return what
 
 
 def scope_for(conversation, prompt_id=None):

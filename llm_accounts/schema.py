@@ -149,6 +149,26 @@ CREATE TABLE IF NOT EXISTS model_health (
     FOREIGN KEY (provider, account) REFERENCES account (provider, name)
 );
 
+-- A machine's view of the path to the provider (docs/architecture.md "Failure classes and health"):
+-- the health of the host classes (transport) seen from one host, kept per host so one machine's
+-- broken network never cools an account for the others. The columns and rules are health's.
+CREATE TABLE IF NOT EXISTS host_health (
+    provider            TEXT NOT NULL,
+    account             TEXT NOT NULL,
+    host                TEXT NOT NULL,
+    state               TEXT NOT NULL CHECK (state IN ('ok', 'failing')),
+    failure_class       TEXT,
+    http_status         INTEGER,
+    since               TEXT,
+    last_failure_at     TEXT,
+    last_success_at     TEXT,
+    cooldown_until      TEXT,
+    probe_attempt_id    TEXT,
+    transport_failures  INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (provider, account, host),
+    FOREIGN KEY (provider, account) REFERENCES account (provider, name)
+);
+
 -- Totals per UTC day and per credit period by outcome (docs/architecture.md "Datasette"), so the
 -- spend views read a few aggregate rows instead of summing attempts, at any length of history.
 -- The triggers below keep them in the statement that inserts or changes an attempt, hence in its
@@ -333,6 +353,9 @@ COLUMNS = [
     # when its request had no one-hour prefix, it was pinned, or it predates this column
     # (docs/architecture.md "Warm prefixes").
     ("binding", "warm", "INTEGER CHECK (warm IS NULL OR warm IN (0, 1))"),
+    # The machine that admitted the attempt (``host_health``; NULL before this column): a
+    # transport failure is recorded for it, and its in-flight probe holds that host's slot.
+    ("attempt", "host", "TEXT"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
@@ -401,6 +424,7 @@ FROM attempt WHERE client IS NOT NULL GROUP BY month_utc, provider, account, cli
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
                "warm_month",  # warm_month: issue 13, gained on open
+               "host_health",  # per-host transport health (issue 25), gained on open
                "waiter")  # version 3
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.

@@ -8,6 +8,10 @@ The ledger builds one ``Candidate`` per account that may take the attempt (decla
 not cooling, serves the model, has room) and binds the first of ``order(...)``. Order, first key
 first (docs/architecture.md "Selection"):
 
+0. healthy first: an account whose cooldown is over but whose half-open probe has not gone out
+   comes after every healthy one. It failed, so it spent nothing and looks the least used; without
+   this key every new conversation would be its probe (docs/architecture.md "Failure classes and
+   health");
 1. ``rank`` ascending: the owner's ladder, lower ranks preferred;
 2. warm first: the account holds an unexpired ``warm_prefix`` row for the request's stable-prefix
    certificate and stays within the 90% bound with this attempt (docs/architecture.md "Warm prefixes");
@@ -35,6 +39,7 @@ class Candidate:
     weight: int = 1
     open_scopes: int = 0
     warm: bool = False
+    probe: bool = False  # admitted only as the half-open probe of a failing account
 
 
 def _sign(x):
@@ -48,7 +53,8 @@ def compare_utilization(a, b):
 
 def compare(a, b):
     return (
-        _sign(a.rank - b.rank)
+        _sign(int(a.probe) - int(b.probe))
+        or _sign(a.rank - b.rank)
         or _sign(int(b.warm) - int(a.warm))
         or compare_utilization(a, b)
         or _sign(a.open_scopes - b.open_scopes)
@@ -57,8 +63,8 @@ def compare(a, b):
 
 
 def tied_before_scopes(a, b):
-    """Whether rank, warmth and utilization leave ``a`` and ``b`` level (the scope count decides)."""
-    return a.rank == b.rank and a.warm == b.warm and compare_utilization(a, b) == 0
+    """Whether health, rank, warmth and utilization leave ``a`` and ``b`` level (the scope count decides)."""
+    return a.probe == b.probe and a.rank == b.rank and a.warm == b.warm and compare_utilization(a, b) == 0
 
 
 def order(candidates):
@@ -114,6 +120,17 @@ def money(nusd):
 def when(t):
     """A reset or cooldown end for people: to the minute, or to the second when that matters."""
     return t.strftime("%Y-%m-%d %H:%M UTC" if t.second == 0 and t.microsecond == 0 else "%Y-%m-%d %H:%M:%S UTC")
+
+
+def out_of_credit(name, until=None):
+    """The one story of an account the provider says is out of credit (docs/architecture.md "Quota
+    exhaustion"), told alike by the attempt that found it and by every prompt refused while it
+    cools: not our ledger's budget (``budget_exhausted``), the provider's credit."""
+    skipped = f"until {when(until)}" if until is not None else f"for {health.DWELL['quota_exhausted'].seconds // 60} minutes"
+    return (
+        f"account '{name}' is out of credit at the provider (quota_exhausted): prompts skip it {skipped}, then one "
+        f"prompt tries it again; after adding credit, clear it at once with: llm accounts unblock {name}"
+    )
 
 
 FREE_HELD = "llm accounts attempts --open lists them, and llm accounts reconcile ATTEMPT settles one an interrupted prompt left open"
@@ -227,8 +244,12 @@ class Facts:
     day_settled_nusd: int = 0
     day_open_nusd: int = 0
     adjusted_nusd: int = 0
+    removed_at: str | None = None
     record: health.Health | None = None
     probe_taken: bool = False
+    # This machine's row for the host classes (transport): docs/architecture.md "Failure classes and health"
+    host_record: health.Health | None = None
+    host_probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
 
@@ -303,6 +324,16 @@ def period_conflict(account, facts, others, now):
     )
 
 
+def gated(facts, now):
+    """``(gate, health record, probe_taken)`` of the row that restricts this account most: its
+    own or this machine's (``health.worse``)."""
+    record = health.shared(facts.record)
+    return health.worse(
+        (health.gate(record, now, facts.probe_taken), record, facts.probe_taken),
+        (health.gate(facts.host_record, now, facts.host_probe_taken), facts.host_record, facts.host_probe_taken),
+    )
+
+
 def candidate(verdict, warm=False):
     """The ``Candidate`` an admitted verdict competes with for a new conversation."""
     return Candidate(
@@ -312,6 +343,7 @@ def candidate(verdict, warm=False):
         rank=verdict.account.rank,
         weight=verdict.account.weight,
         warm=warm,
+        probe=verdict.probe,
     )
 
 
@@ -373,7 +405,7 @@ def verdict(
     conflict = period_conflict(account, f, others, now)
     if conflict is not None:
         return v.refuse("account_config_conflict", conflict, "declaration conflicts with this credit period's budget")
-    gate = health.gate(f.record, now, f.probe_taken)
+    gate, h, probe_taken = gated(f, now)
     if gate == "blocked":
         return v.refuse(
             "auth_failed",
@@ -381,18 +413,26 @@ def verdict(
             "blocked (auth_failed)",
         )
     if gate == "cooling":
-        h = f.record
-        if f.probe_taken:
+        here = " from this machine" if h is f.host_record else ""
+        if h.failure_class == "quota_exhausted" and not probe_taken:
+            return v.refuse(
+                health.COOLING_CODES["quota_exhausted"],
+                out_of_credit(name, h.cooldown_until),
+                f"out of credit at the provider until {h.cooldown_until:%H:%M} UTC",
+            )
+        if probe_taken:
             until, reason = "its one probe attempt is in flight; wait for its outcome", "a probe attempt is in flight"
         else:
             until = f"cooling until {when(h.cooldown_until)}, then one probe attempt is let through"
-            reason = f"cooling down after {h.failure_class} until {h.cooldown_until:%H:%M} UTC"
+            reason = f"cooling down after {h.failure_class}{here} until {h.cooldown_until:%H:%M} UTC"
         if h.failure_class == "quota_exhausted":
             until += f"; after adding credit, clear it with: llm accounts unblock {name}"
-        elif not f.probe_taken and h.failure_class in health.GROWING:
+        if not probe_taken and h.failure_class in health.GROWING:
             v.retry_at = h.cooldown_until
         return v.refuse(
-            health.COOLING_CODES.get(h.failure_class, "provider_error"), f"account '{name}' is failing ({h.failure_class}); {until}", reason
+            health.COOLING_CODES.get(h.failure_class, "provider_error"),
+            f"account '{name}' is failing ({h.failure_class}){here}; {until}",
+            reason,
         )
     if health.model_cooling(f.model_record, now):
         until = f.model_record.cooldown_until

@@ -37,7 +37,9 @@ TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
 
 def base_url(environ=None):
-    """``LLM_ACCOUNTS_BASE_URL``, allowed only as https, or http on loopback."""
+    """``LLM_ACCOUNTS_BASE_URL``, allowed only as https, or http on loopback, and only as the API's
+    root: a URL ending in ``/v1`` (or ``/v1/messages``) would send prompts to ``/v1/v1/messages``,
+    whose 404 says nothing about a model (docs/errors.md "From an answer to a code")."""
     environ = os.environ if environ is None else environ
     value = environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
     parsed = urllib.parse.urlsplit(value)
@@ -55,7 +57,22 @@ def base_url(environ=None):
         raise AccountsError(
             "declaration_invalid", f"{BASE_URL_ENV}: must not carry credentials, a query or a fragment"
         )
+    if parsed.path.rstrip("/").endswith(("/v1", "/v1/messages")):
+        raise AccountsError(
+            "declaration_invalid",
+            f"{BASE_URL_ENV}: give the API's root without /v1 (such as http://127.0.0.1:8765 or "
+            f"{DEFAULT_BASE_URL}); /v1/messages is added to it",
+        )
     return value.rstrip("/")
+
+
+def where(environ=None):
+    """Where requests go, for an error saying a server could not be reached: the base URL (it is
+    validated to hold no credentials, so it is safe to show) and what set it."""
+    environ = os.environ if environ is None else environ
+    if environ.get(BASE_URL_ENV):
+        return f"at {base_url(environ)} (set by {BASE_URL_ENV})"
+    return f"at {DEFAULT_BASE_URL} (the default; {BASE_URL_ENV} sets another)"
 
 
 def _is_loopback(host):

@@ -15,6 +15,7 @@ import copy
 import json
 import re
 
+from . import classify
 from .money import INT64_MAX
 
 USAGE_REPLACED_WHEN_PRESENT = (
@@ -234,6 +235,7 @@ class MessageAssembler:
         self.usage = {}
         self.complete = False  # message_stop seen
         self.error_type = None  # a mid-stream `error` event's documented type
+        self.error = None  # its classify.ErrorInfo
         self._json_parts = {}
         self._open = None  # the index of the block started and not yet stopped
 
@@ -295,8 +297,9 @@ class MessageAssembler:
                 raise Malformed("message_stop before the message or its last block ended")
             self.complete = True
         elif kind == "error":
-            error = event.get("error") if isinstance(event.get("error"), dict) else {}
-            self.error_type = error.get("type") if isinstance(error.get("type"), str) else "other"
+            # Classified and dropped at once: only closed-set values are kept (classify).
+            self.error = classify.stream_error_info(event)
+            self.error_type = self.error.provider_error_type
 
     def merge_usage(self, usage):
         # Cumulative counts: replace, never add (peers double-count here; see reference/peers.md).

@@ -152,3 +152,19 @@ def test_browse_on_a_busy_port_says_the_port_is_taken_and_starts_nothing(ledger_
         f"choose a free one, for example --port {port + 1}\n"
     )
     assert started == []
+
+
+def test_browse_child_holds_no_admin_key_variable_nor_a_run_of_its_value(monkeypatch, ledger_path):
+    admin = "zz" + "Q9r" * 12  # not shaped like an API key, so only its declaration says it is one
+    monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps(
+        [{"name": "alpha", "key_env": "ALPHA_ANTHROPIC", "budget_usd": "50", "admin_key_env": "ORG_ADMIN"}]
+    ))
+    environ = {
+        "PATH": os.environ.get("PATH", ""),
+        "ORG_ADMIN": admin,
+        "COPIED": f"x{admin[3:20]}x",
+        "KEPT_SETTING": "plain value",
+    }
+    seen = captured_child_environment(monkeypatch, ledger_path, environ)
+    assert "KEPT_SETTING" in seen
+    assert not {"ORG_ADMIN", "COPIED"} & set(seen)

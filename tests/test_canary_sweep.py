@@ -2,7 +2,8 @@
 run of it in any output, log line, file, ledger row, llm logs entry or Datasette page
 (docs/security.md "Tests").
 
-The stand-in quotes the key back (``echo_key``) on one prompt and refuses another with a 429;
+The stand-in quotes the key back (``echo_key``) on one prompt and in its model list, and refuses
+another prompt with a 429;
 the commands, llm's logs, an export and every canned query and dashboard page are read after.
 """
 
@@ -15,7 +16,8 @@ import llm
 import pytest
 from datasette.app import Datasette
 
-from conftest import assert_no_key_material, assert_tree_has_no_key_material
+from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
+from llm_accounts import provider_pass
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
 from routed_helpers import llm_cli
@@ -24,34 +26,48 @@ MODEL = "claude-routed/claude-haiku-4-5"
 SOURCES = ("environment", "dotenv", "llm keys", "lookup command")
 
 
+@pytest.fixture
+def admin_canary():
+    """The organization's Admin API key: a second canary, from the same source as the first."""
+    return make_key()
+
+
 @pytest.fixture(params=SOURCES)
-def canary_account(request, canary_key, user_path, ledger_path, tmp_path, monkeypatch):
-    """Account ``canary`` on the stand-in, its key ``canary_key`` coming from one source; the
-    files the test itself put the key in are returned, to leave out of the tree sweep."""
+def canary_account(request, canary_key, admin_canary, user_path, ledger_path, tmp_path, monkeypatch):
+    """Account ``canary`` on the stand-in, its key ``canary_key`` and its organization's Admin API
+    key ``admin_canary`` coming from one source; the files the test itself put the keys in are
+    returned, to leave out of the tree sweep."""
     from llm_accounts.standin import StandIn
 
     placed, lookup = {"keys.json"}, None
     if request.param == "environment":
         monkeypatch.setenv("CANARY_KEY", canary_key)
+        monkeypatch.setenv("CANARY_ADMIN", admin_canary)
     elif request.param == "dotenv":
-        (tmp_path / "work" / ".env").write_text(f"CANARY_KEY={canary_key}\n")
+        (tmp_path / "work" / ".env").write_text(f"CANARY_KEY={canary_key}\nCANARY_ADMIN={admin_canary}\n")
         placed.add(".env")
     elif request.param == "llm keys":
-        (user_path / "keys.json").write_text(json.dumps({"CANARY_KEY": canary_key}))
+        (user_path / "keys.json").write_text(json.dumps({"CANARY_KEY": canary_key, "CANARY_ADMIN": admin_canary}))
     else:
-        secret = tmp_path / "secret-store"
+        secret, admin = tmp_path / "secret-store", tmp_path / "admin-store"
         secret.write_text(canary_key)
+        admin.write_text(admin_canary)
         script = tmp_path / "lookup.py"
-        script.write_text(f"import sys\nprint(open({str(secret)!r}).read() if sys.argv[1] == 'CANARY_KEY' else '')\n")
+        script.write_text(
+            "import sys\n"
+            f"stores = {{'CANARY_KEY': {str(secret)!r}, 'CANARY_ADMIN': {str(admin)!r}}}\n"
+            "print(open(stores[sys.argv[1]]).read() if sys.argv[1] in stores else '')\n"
+        )
         lookup = (sys.executable, str(script), "{name}")
-        placed.add("secret-store")
-    save_accounts_file([Account("canary", "CANARY_KEY", 50 * NANO)], lookup)
-    with StandIn({"keys": [{"label": "canary", "key": canary_key}]}) as server:
+        placed.update({"secret-store", "admin-store"})
+    save_accounts_file([Account("canary", "CANARY_KEY", 50 * NANO, admin_key_env="CANARY_ADMIN")], lookup)
+    config = {"keys": [{"label": "canary", "key": canary_key}], "admin_keys": [{"key": admin_canary, "organization": "org-canary"}]}
+    with StandIn(config) as server:
         monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
         yield server, placed
 
 
-def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_key, ledger_path, tmp_path, caplog):
+def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_key, admin_canary, ledger_path, tmp_path, caplog):
     server, placed = canary_account
     caplog.set_level(logging.DEBUG)
     outputs = []
@@ -79,25 +95,37 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         return "".join([chunk async for chunk in llm.get_async_model(MODEL).prompt("Quote it async")])
 
     outputs.append(asyncio.run(stream()))
+    # The model list names the key as a model id (and an id quoting it) from here on.
+    server.set_behaviour("canary", "echo_key")
     # Commands, llm's logs and an export.
     for args in (
+        ("accounts", "refresh-models"),
         ("accounts", "status"),
         ("accounts", "status", "--json"),
         ("accounts", "list", "--json"),
         ("accounts", "attempts", "--json"),
         ("accounts", "ladder", "--json"),
         ("accounts", "refresh-models", "--json"),
+        ("accounts", "reconcile", "--from-provider"),
+        ("accounts", "reconcile", "--from-provider", "--json"),
+        ("accounts", "audit", "--from-provider"),
+        ("accounts", "audit", "--from-provider", "--json"),
         ("logs", "-n", "0", "--json"),
     ):
         assert run(*args).exit_code == 0, args
+    # The Admin API was really read, with the admin key, by the commands and the automatic pass.
+    assert provider_pass.wait_for_background(30)
+    assert any(r["path"].startswith("/v1/organizations/") and r["auth"] == "admin" for r in server.requests)
     assert run("accounts", "export", str(tmp_path / "export.db")).exit_code == 0
     outputs.append(asyncio.run(_datasette_pages(ledger_path)))
     outputs.extend(record.getMessage() for record in caplog.records)
 
     assert "Echoing the key you sent" in "".join(outputs)  # the reply that quoted it was shown, masked
-    for text in outputs:
-        assert_no_key_material(text, canary_key)
-    assert_tree_has_no_key_material(tmp_path, canary_key, ignore=placed)
+    assert "2 ids dropped" in "".join(outputs)  # the model list that named it was read
+    for key in (canary_key, admin_canary):
+        for text in outputs:
+            assert_no_key_material(text, key)
+        assert_tree_has_no_key_material(tmp_path, key, ignore=placed)
 
 
 async def _datasette_pages(ledger_path):

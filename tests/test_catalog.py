@@ -127,7 +127,7 @@ def test_a_failed_refresh_keeps_the_old_list_and_status_says_so(accounts, fixed_
     (alpha, beta) = json.loads(accounts_cli("status", "--json").output)["accounts"]
     assert alpha["model_list"] == {
         "models": 1, "refreshed_at": old["refreshed_at"], "stale": True,
-        "failed_at": "2026-11-10T12:00:00+00:00", "error": "auth_failed", "automatic": False,
+        "failed_at": "2026-11-10T12:00:00+00:00", "error": "auth_failed", "automatic": False, "started_at": None,
     }
     assert beta["model_list"]["models"] is None  # never refreshed: serves every priced model
 
@@ -240,3 +240,53 @@ def test_the_ladder_says_a_declaration_leaves_the_model_out(user_path, ledger_pa
     save_accounts_file([Account("alpha", "A_KEY", 5 * NANO, models=("claude-opus-4-6",))], None)
     (rung,) = json.loads(accounts_cli("ladder", "--model", "claude-haiku-4-5", "--json").output)
     assert rung["reason"] == f"does not serve {HAIKU}: not in its declared models"
+
+
+# A key listed as a model id (docs/security.md "Provider strings")
+
+
+def test_refresh_models_never_stores_or_prints_a_key_listed_as_a_model_id(standin, canary_key, user_path, monkeypatch):
+    declare(user_path, canary_key, monkeypatch)
+    standin.set_behaviour("a", "echo_key")
+    plain = CliRunner().invoke(cli, ["accounts", "refresh-models"])
+    assert plain.exit_code == 0, plain.output
+    assert "alpha: 13 models (2 ids dropped: they held a run of the account's key or were not ids)" in plain.output
+    as_json = CliRunner().invoke(cli, ["accounts", "refresh-models", "--json"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.stdout)["alpha"]["dropped"] == 2
+    stored = catalog.cache_path().read_text()
+    assert "claude-haiku-4-5-20251001" in json.loads(stored)["alpha"]["models"]
+    assert_no_key_material(plain.output + as_json.output + stored, canary_key)
+
+
+def test_the_background_refresh_never_stores_a_key_listed_as_a_model_id(accounts, ledger_path, fixed_now, user_path):
+    write_lists(alpha=listed([HAIKU], T0 - dt.timedelta(days=2)), beta=listed([HAIKU], T0))
+    accounts.set_behaviour("alpha", "echo_key")
+    accounts.set_behaviour("beta", "echo_key")
+    assert llm_cli("-m", "claude-routed/claude-haiku-4-5", "Hello", "-o", "account", "beta").exit_code == 0
+    assert catalog.wait_for_background(30)
+    assert any(r["label"] == "alpha" and r["path"].startswith("/v1/models") for r in accounts.requests)
+    stored = catalog.cache_path().read_text()
+    assert HAIKU in json.loads(stored)["alpha"]["models"]
+    for key in accounts.keys.values():
+        assert_no_key_material(stored, key)
+
+
+def test_a_next_page_after_an_id_holding_the_key_is_never_asked_for(canary_key, user_path, monkeypatch):
+    # has_more with the key as last_id: it would go back in the URL, which httpx logs.
+    import httpx
+
+    from llm_accounts import keys
+
+    seen = []
+
+    def answer(request):
+        seen.append(str(request.url))
+        page = {"data": [{"id": HAIKU}, "not an object", {"id": canary_key}], "has_more": True, "last_id": canary_key}
+        return httpx.Response(200, json=page)
+
+    with httpx.Client(transport=httpx.MockTransport(answer)) as http:
+        ids = catalog.fetch_model_ids(keys.Secret(canary_key), http, "http://127.0.0.1:9")
+    assert (list(ids), ids.dropped) == ([HAIKU], 2)
+    assert len(seen) == 1
+    assert_no_key_material(" ".join(seen), canary_key)

@@ -48,6 +48,18 @@ def test_add_writes_the_declaration(user_path):
     }
 
 
+def test_add_declares_the_organizations_admin_key_variable_and_the_key_id(user_path):
+    add_work("--admin-key-env", "WORK_ADMIN_KEY", "--api-key-id", "apikey_01Rj2N8SVvo6BePZj99NhmiT")
+    [account] = stored(user_path)["accounts"]
+    assert (account["admin_key_env"], account["api_key_id"]) == ("WORK_ADMIN_KEY", "apikey_01Rj2N8SVvo6BePZj99NhmiT")
+
+
+def test_add_refuses_an_admin_key_env_that_is_the_key_env(user_path):
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "1", "--admin-key-env", "WORK_KEY")
+    assert result.exit_code == 1
+    assert "--admin-key-env: names the same variable as --key-env" in result.output
+
+
 def test_add_writes_a_user_only_file(user_path):
     add_work()
     assert stat.S_IMODE((user_path / "accounts.json").stat().st_mode) == 0o600
@@ -341,3 +353,50 @@ def test_every_command_has_help_with_an_example(command):
     result = run(*command, "--help")
     assert result.exit_code == 0
     assert "Example:" in result.output
+
+
+def admit_once(name="work", attempt_id="a1"):
+    """One attempt on the declared account ``name``, so the ledger holds it."""
+    from llm_accounts.declarations import load_declaration
+    from llm_accounts.ledger import Ledger, NotSent, Scope
+    from llm_accounts.pricing import Quote
+
+    [account] = [a for a in load_declaration().accounts if a.name == name]
+    with Ledger() as ledger:
+        ledger.reserve(
+            Scope("conversation", attempt_id), attempt_id, Quote("claude-haiku-4-5", 1000, "2026-11-01", "ab" * 32), [account]
+        )
+        ledger.settle(attempt_id, NotSent())
+
+
+def removed_at(ledger_path, name="work"):
+    import sqlite3
+
+    db = sqlite3.connect(ledger_path)
+    try:
+        return db.execute("SELECT removed_at FROM account WHERE name = ?", (name,)).fetchone()[0]
+    finally:
+        db.close()
+
+
+def test_remove_marks_the_account_removed_in_the_ledger(user_path, ledger_path):
+    add_work()
+    admit_once()
+    assert removed_at(ledger_path) is None
+    assert run("remove", "work").exit_code == 0
+    assert removed_at(ledger_path) is not None
+
+
+def test_remove_creates_no_ledger(user_path, ledger_path):
+    add_work()
+    assert run("remove", "work").exit_code == 0
+    assert not ledger_path.exists()
+
+
+def test_an_account_added_again_is_no_longer_removed_once_it_is_used(user_path, ledger_path):
+    add_work()
+    admit_once()
+    run("remove", "work")
+    add_work()
+    admit_once(attempt_id="a2")
+    assert removed_at(ledger_path) is None

@@ -836,7 +836,7 @@ def test_twelve_accounts_get_twelve_colours():
     accounts = [
         dict(provider="anthropic", name=f"a{index:02d}", rank=0, block_reason=None, removed_at=None, state=None,
              failure_class=None, http_status=None, since=None, last_failure_at=None, cooldown_until=None,
-             probe_attempt_id=None, probe_state=None, probe_created_at=None, last_success_at=None)
+             probe_attempt_id=None, probe_created_at=None, last_success_at=None)
         for index in range(12)
     ]
     summaries = dashboard.summarize(accounts, [], [], [], [], month="2026-11", day="2026-11-05", now=NOW)
@@ -927,3 +927,36 @@ async def test_the_dashboard_json_has_no_ledger_when_none_is_attached(tmp_path, 
     sqlite_utils.Database(other)["notes"].insert({"text": "hello"})
     response = await Datasette([str(other)]).client.get("/-/llm-accounts.json")
     assert response.json()["ledgers"] == []
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_marks_an_account_llm_accounts_remove_removed(user_path, ledger_path):
+    from test_cli_accounts import add_work, admit_once, run
+
+    add_work()
+    admit_once()
+    assert run("remove", "work").exit_code == 0
+    response = await Datasette([str(ledger_path)]).client.get("/-/llm-accounts.json")
+    (ledger,) = response.json()["ledgers"]
+    (work,) = [account for account in ledger["accounts"] if account["account"] == "work"]
+    assert work["removed"] is True
+    assert {"level": "info", "label": "Removed (llm accounts remove)"} in work["marks"]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(ledger_path, at_now):
+    from llm_accounts.declarations import Account
+    from llm_accounts.ledger import Ledger, Scope, Unknown
+    from llm_accounts.pricing import Quote
+
+    work = Account("work", "WORK_KEY", USD)
+    with Ledger(ledger_path, host="m1") as ledger:
+        for n in range(3):
+            at = NOW - dt.timedelta(seconds=10 - n)
+            ledger.reserve(Scope("conversation", "c1"), f"t{n}", Quote("claude-haiku-4-5", 1000, "2026-11-01", "ab" * 32), [work], now=at)
+            ledger.settle(f"t{n}", Unknown("transport_error", "transport"), now=at)
+    response = await Datasette([str(ledger_path)]).client.get("/-/llm-accounts.json")
+    (ledger,) = response.json()["ledgers"]
+    (account,) = ledger["accounts"]
+    assert {"level": "warn", "label": "Unreachable from m1 (transport)"} in account["marks"]
+    assert account["status"] == "ok"  # the account itself is healthy

@@ -671,3 +671,42 @@ def test_save_validates_before_writing(user_path):
 def test_saving_no_accounts_declares_none(user_path):
     save_accounts_file([], None)
     assert read_accounts_file() == (None, None)
+
+
+# The organization's Admin API key and this key's id (docs/architecture.md "Settling from the provider").
+
+
+def test_admin_key_env_and_api_key_id_are_optional_and_kept():
+    [account] = parse_accounts(declare(admin_key_env="WORK_ADMIN_KEY", api_key_id="apikey_01Rj2N8SVvo6BePZj99NhmiT"), "environment")
+    assert (account.admin_key_env, account.api_key_id) == ("WORK_ADMIN_KEY", "apikey_01Rj2N8SVvo6BePZj99NhmiT")
+    [plain] = parse_accounts(declare(), "environment")
+    assert (plain.admin_key_env, plain.api_key_id) == (None, None)
+
+
+def test_admin_key_env_follows_the_key_env_rule_and_never_repeats_a_key(canary_key):
+    message = refusal(declare(admin_key_env=canary_key), canary_key)
+    assert "admin_key_env: looks like an API key" in message
+    assert "admin_key_env: must be a variable name" in refusal(declare(admin_key_env="1BAD"), "x" * 20)
+
+
+def test_api_key_id_must_be_shaped_like_an_id_and_is_never_a_key(canary_key):
+    assert "api_key_id: must be an API key id" in refusal(declare(api_key_id=canary_key), canary_key)
+    assert "api_key_id: must be an API key id" in refusal(declare(api_key_id="apikey_01 x"), "x" * 20)
+
+
+def test_an_admin_key_env_may_not_name_an_accounts_key_env():
+    text = json.dumps([{**GOOD, "admin_key_env": "WORK_KEY"}])
+    assert "key_env: is also named as an admin_key_env" in refusal(text, "x" * 20)
+    other = json.dumps([GOOD, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1", "admin_key_env": "WORK_KEY"}])
+    assert "admin_key_env: names the key_env of account [0]" in refusal(other, "x" * 20)
+
+
+def test_two_accounts_of_one_organization_may_share_its_admin_key():
+    text = json.dumps([{**GOOD, "admin_key_env": "ORG_ADMIN"}, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1", "admin_key_env": "ORG_ADMIN"}])
+    assert [a.admin_key_env for a in parse_accounts(text, "environment")] == ["ORG_ADMIN", "ORG_ADMIN"]
+
+
+def test_accounts_json_round_trips_the_admin_fields(user_path):
+    account = Account("work", "WORK_KEY", 10**9, admin_key_env="WORK_ADMIN", api_key_id="apikey_01abc")
+    save_accounts_file([account], None)
+    assert load_declaration().accounts == (account,)

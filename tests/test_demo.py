@@ -1,17 +1,36 @@
 """scripts/demo (llm accounts demo) shows each thing the product is for, as a user would type it."""
 
+import os
 import re
+import shutil
+import socket
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
+# A newcomer's shell after the quick start: .venv is not activated, so no llm on PATH.
+NO_LLM_PATH = os.pathsep.join(
+    folder for folder in os.environ.get("PATH", "").split(os.pathsep)
+    if folder and not os.path.exists(os.path.join(folder, "llm"))
+)
+
 
 @pytest.fixture(scope="module")
-def demo_output(tmp_path_factory):
-    result = CliRunner().invoke(cli, ["accounts", "demo"], catch_exceptions=False)
+def demo_run(tmp_path_factory):
+    """The demo's output, and the directory it was started in."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PATH", NO_LLM_PATH)
+        result = CliRunner().invoke(cli, ["accounts", "demo"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.output, os.getcwd()
+
+
+@pytest.fixture
+def demo_output(demo_run):
+    return demo_run[0]
 
 
 def commands(output):
@@ -47,3 +66,136 @@ def test_the_ceiling_against_the_cost_is_explained_once(demo_output):
 def test_it_ends_with_status_and_what_to_try_next(demo_output):
     assert "$ llm accounts status" in demo_output
     assert "llm accounts browse --open" in demo_output.split("# What to try next:")[1]
+
+
+def next_steps(output):
+    return [line.strip() for line in output.split("# What to try next:")[1].splitlines() if line.startswith("  ")]
+
+
+def test_what_to_try_next_runs_as_printed_without_llm_on_path(demo_run):
+    """After the quick start llm is in .venv, not on PATH: the suggested commands still work."""
+    output, started_in = demo_run
+    [prices] = [line for line in next_steps(output) if " accounts prices" in line]
+    command = prices.split("  ")[0]
+    env = {**os.environ, "PATH": NO_LLM_PATH}
+    result = subprocess.run(
+        ["bash", "-c", command], env=env, cwd=started_in, capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == 0, result.stderr
+    assert "claude-haiku-4-5" in result.stdout
+
+
+def test_what_to_try_next_says_how_to_put_llm_on_path(demo_run):
+    output, started_in = demo_run
+    activate = os.path.join(os.path.dirname(sys.executable), "activate")
+    assert "source " + os.path.relpath(activate, started_in) in output.split("# What to try next:")[1]
+
+
+def test_what_to_try_next_says_plain_llm_when_it_is_on_path(monkeypatch):
+    from llm_accounts import demo
+
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + NO_LLM_PATH)
+    assert demo.llm_command() == ("llm", None)
+
+
+def test_browse_without_datasette_is_refused_before_the_demo_starts(monkeypatch):
+    from llm_accounts import browse
+
+    monkeypatch.setattr(browse, "datasette_installed", lambda: False)
+    result = CliRunner().invoke(cli, ["accounts", "demo", "--browse"])
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert "Datasette is not installed" in result.output and "llm install" in result.output
+
+
+# scripts/demo, with stand-ins for .venv's python and llm that record how they were called
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    """A copy of scripts/demo in a checkout whose .venv/bin/python records its arguments and
+    knows llm_accounts (and Datasette) only once pip installed them."""
+    root = tmp_path / "checkout"
+    (root / "scripts").mkdir(parents=True)
+    shutil.copy(os.path.join(os.path.dirname(__file__), "..", "scripts", "demo"), root / "scripts" / "demo")
+    bin_dir = root / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    log = root / "calls.log"
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        f'echo "python $*" >> "{log}"\n'
+        'case "$*" in\n'
+        f'  *"-m pip install"*) touch "{root}/installed"; case "$*" in *datasette*) touch "{root}/datasette";; esac;;\n'
+        f'  *"import llm_accounts, datasette"*) [ -e "{root}/datasette" ] || exit 1;;\n'
+        f'  *"import llm_accounts"*) [ -e "{root}/installed" ] || exit 1;;\n'
+        "esac\n"
+    )
+    (bin_dir / "llm").write_text(f'#!/bin/sh\necho "llm $*" >> "{log}"\n')
+    for name in ("python", "llm"):
+        (bin_dir / name).chmod(0o755)
+    return root, log
+
+
+def run_script(root, *args, cwd=None):
+    return subprocess.run(
+        ["bash", str(root / "scripts" / "demo"), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL, cwd=cwd
+    )
+
+
+def test_scripts_demo_says_what_it_is_doing_before_the_first_install(checkout):
+    root, log = checkout
+    result = run_script(root)
+    assert result.returncode == 0, result.stderr
+    first = (result.stdout + result.stderr).splitlines()[0]
+    assert first.startswith("scripts/demo: installing llm-accounts into .venv")
+    pip = [line for line in log.read_text().splitlines() if "-m pip install" in line]
+    assert pip and "--quiet" not in pip[0]  # pip's own progress shows
+    assert log.read_text().splitlines()[-1] == "llm accounts demo"
+
+
+def test_scripts_demo_browse_installs_datasette_too(checkout):
+    root, log = checkout
+    result = run_script(root, "--browse")
+    assert result.returncode == 0, result.stderr
+    [pip] = [line for line in log.read_text().splitlines() if "-m pip install" in line]
+    assert pip.endswith(f"-e {root}[datasette]")
+    assert log.read_text().splitlines()[-1] == "llm accounts demo --browse"
+
+
+def test_scripts_demo_runs_the_demo_where_it_was_started(checkout, tmp_path):
+    """So the paths the demo prints (such as .venv/bin/llm) are right from the user's directory."""
+    root, log = checkout
+    (root / "installed").touch()
+    (root / ".venv" / "bin" / "llm").write_text(f'#!/bin/sh\npwd >> "{log}"\n')
+    assert run_script(root, cwd=tmp_path).returncode == 0
+    assert log.read_text().splitlines()[-1] == str(tmp_path)
+
+
+def test_kept_demo_accounts_can_be_prompted_again_as_printed(tmp_path):
+    """--keep says how to serve the demo's own keys again: a plain stand-in makes other keys, and
+    their 401 would block the demo accounts."""
+    result = CliRunner().invoke(cli, ["accounts", "demo", "--keep"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    kept = re.search(r"^Kept (\S+)\. To look around:", result.output, re.M).group(1)
+    try:
+        lines = [line.strip() for line in result.output.split("To look around:")[1].splitlines() if line.startswith("  ")]
+        look, _, serve, point, prompt = lines
+        with socket.socket() as probe:  # the printed port may be taken on a shared machine
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        serve, point = (line.replace(":8765", f":{port}").replace("--port 8765", f"--port {port}") for line in (serve, point))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_", "LLM_USER"))}
+        server = subprocess.Popen(["bash", "-c", "exec " + serve], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout.readline().strip() == f"http://127.0.0.1:{port}"
+            again = subprocess.run(
+                ["bash", "-e", "-c", "\n".join((look, point, prompt))],
+                env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+        assert again.returncode == 0, again.stderr
+        assert "Stand-in reply to: Hello again" in again.stdout
+    finally:
+        shutil.rmtree(kept, ignore_errors=True)

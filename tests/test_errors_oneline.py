@@ -73,22 +73,26 @@ def test_nothing_listening_is_a_transport_error_naming_the_account_and_failure_c
     accounts, user_path, ledger_path, monkeypatch
 ):
     only_alpha(user_path)
-    monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    url = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", url)
     line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "hello"))
     [row] = attempts(ledger_path)
     assert (row["state"], row["outcome"]) == ("settled", "not_sent")
     assert line == (
-        "Error: transport_error: account 'alpha' could not be reached (connection refused, failure class transport); "
+        f"Error: transport_error: account 'alpha' could not be reached at {url} (set by LLM_ACCOUNTS_BASE_URL) "
+        "(connection refused, failure class transport); "
         f"nothing was sent (attempt {row['id']}); no other account could take it"
     )
 
 
 def test_a_pinned_account_that_cannot_be_reached_names_itself_without_move_on(accounts, ledger_path, monkeypatch):
-    monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", f"http://127.0.0.1:{closed_port()}")
+    url = f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", url)
     line = one_line(llm_cli("-m", MODEL, "-o", "retries", "0", "-o", "account", "beta", "hello"))
     [row] = attempts(ledger_path)
     assert line == (
-        "Error: transport_error: account 'beta' could not be reached (connection refused, failure class transport); "
+        f"Error: transport_error: account 'beta' could not be reached at {url} (set by LLM_ACCOUNTS_BASE_URL) "
+        "(connection refused, failure class transport); "
         f"nothing was sent (attempt {row['id']})"
     )
 

@@ -102,21 +102,26 @@ def test_a_cooling_account_is_not_admitted_before_its_cooldown_ends():
 def test_after_the_cooldown_one_attempt_is_the_probe():
     h = failing()
     assert health.gate(h, T0 + seconds(60)) == "probe"
-    assert health.gate(health.start_probe(h, "p1"), T0 + seconds(61), probe_taken=True) == "cooling"
+    assert health.gate(h, T0 + seconds(61), probe_taken=True) == "cooling"
 
 
-def test_the_probes_failure_starts_a_new_dwell():
-    h = health.start_probe(failing(), "p1")
-    again = health.record_failure(h, "rate_limited", 429, T0 + seconds(70), "p1")
+def test_an_attempt_admitted_at_or_after_the_dwells_end_is_the_probe():
+    h = failing()  # cools until T0 + 2 s
+    assert not health.was_probe(h, T0 + seconds(1))
+    assert health.was_probe(h, T0 + seconds(2))
+    assert not health.was_probe(health.record_success(h, T0 + seconds(3)), T0 + seconds(4))
+
+
+def test_the_probes_failure_starts_a_new_dwell_and_names_the_probe():
+    again = health.record_failure(failing(), "rate_limited", 429, T0 + seconds(70), "p1", admitted_at=T0 + seconds(60))
     assert again.cooldown_until == T0 + seconds(130)
-    assert again.probe_attempt_id is None
+    assert again.probe_attempt_id == "p1"
     assert again.since == T0
 
 
 def test_the_probes_success_clears_the_failure_and_keeps_it_as_history():
-    h = health.start_probe(failing(), "p1")
-    ok = health.record_success(h, T0 + seconds(70))
-    assert (ok.state, ok.cooldown_until, ok.probe_attempt_id) == ("ok", None, None)
+    ok = health.record_success(failing(), T0 + seconds(70), admitted_at=T0 + seconds(60), attempt_id="p1")
+    assert (ok.state, ok.cooldown_until, ok.probe_attempt_id) == ("ok", None, "p1")
     assert (ok.failure_class, ok.last_failure_at, ok.last_success_at) == ("rate_limited", T0, T0 + seconds(70))
     assert health.gate(ok, T0 + seconds(70)) == "open"
 
@@ -126,18 +131,25 @@ def test_any_success_supersedes_an_older_failure():
     assert ok.state == "ok"
 
 
-def test_a_probe_that_ends_without_a_verdict_frees_the_slot():
-    h = health.start_probe(failing(), "p1")
-    assert health.release_probe(h, "other") is None
-    assert health.release_probe(h, "p1").probe_attempt_id is None
-
-
 def test_a_probe_is_given_up_after_its_lease():
-    h = health.start_probe(failing(), "p1")
+    h = failing()
     started = T0 + seconds(60)
-    assert health.probe_outstanding(h, True, started, started + health.PROBE_LEASE - seconds(1))
-    assert not health.probe_outstanding(h, True, started, started + health.PROBE_LEASE)
-    assert not health.probe_outstanding(h, False, started, started + seconds(1))
+    assert health.probe_outstanding(h, started, started + health.PROBE_LEASE - seconds(1))
+    assert not health.probe_outstanding(h, started, started + health.PROBE_LEASE)
+    assert not health.probe_outstanding(h, None, started + seconds(1))
+    assert not health.probe_outstanding(health.record_success(h, started), started, started + seconds(1))
+
+
+def test_an_attempt_is_gated_by_the_worse_of_its_accounts_row_and_its_machines():
+    cooling, open_ = ("cooling", failing(), False), ("open", None, False)
+    blocked = ("blocked", health.record_failure(None, "auth", 401, T0, "a1"), False)
+    assert health.worse(open_, cooling) is cooling
+    assert health.worse(cooling, blocked) is blocked
+    assert health.worse(open_, ("probe", failing(), False))[0] == "probe"
+
+
+def test_only_transport_is_kept_per_machine():
+    assert health.HOST_CLASSES == ("transport",)
 
 
 def test_auth_blocks_without_a_dwell_until_unblocked():
@@ -165,7 +177,7 @@ def test_status_names_the_state():
     assert health.view(None, T0) == "ok"
     assert health.view(h, T0 + seconds(1)) == "cooling"
     assert health.view(h, T0 + seconds(60)) == "probe_due"
-    assert health.view(health.start_probe(h, "p1"), T0 + seconds(61), probe_taken=True) == "probing"
+    assert health.view(h, T0 + seconds(61), probe_taken=True) == "probing"
     assert health.view(health.record_failure(None, "auth", 401, T0, "a1"), T0) == "auth_failed"
 
 
@@ -174,3 +186,10 @@ def test_every_cooling_class_refuses_with_a_routed_error_code():
 
     assert set(health.COOLING_CODES) == set(health.HEALTH_CLASSES)
     assert set(health.COOLING_CODES.values()) <= CODES
+
+
+def test_a_transport_dwell_on_the_shared_row_is_ignored():
+    # An older build wrote transport to the account's row; it belongs to one machine's row now.
+    older = Health(state="failing", failure_class="transport", since=T0, last_failure_at=T0, cooldown_until=T0 + seconds(30))
+    assert health.shared(older) is None
+    assert health.shared(failing()) == failing()

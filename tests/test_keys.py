@@ -363,3 +363,28 @@ def test_secret_refuses_to_be_pickled(canary_key):
 
 def test_secret_has_no_instance_dict(canary_key):
     assert not hasattr(Secret(canary_key), "__dict__")
+
+
+def test_an_admin_key_env_resolves_by_the_same_steps_and_names_its_account(workdir, keys_json, canary_key):
+    declaration = Declaration((Account("work", "WORK_KEY", 10**9, admin_key_env="WORK_ADMIN"),), "environment")
+    keys_json({"WORK_ADMIN": canary_key})
+    assert resolve_key("WORK_ADMIN", declaration, environ={}).reveal() == canary_key
+    with pytest.raises(AccountsError) as info:
+        resolve_key("WORK_ADMIN", declaration, environ={"WORK_ADMIN": ""})
+    assert (info.value.code, info.value.account) == ("credential_invalid", "work")
+
+
+def test_lookup_child_environment_holds_no_admin_key(lookup_script, tmp_path, canary_key):
+    seen = tmp_path / "names.json"
+    argv = lookup_script(f"""
+        import json
+        json.dump(sorted(os.environ), open({str(seen)!r}, "w"))
+        print("k" * 20)
+        """)
+    declaration = Declaration(
+        (Account("work", "WORK_KEY", 10**9, admin_key_env="ORG_ADMIN"),), "accounts.json", tuple(argv)
+    )
+    environ = {"PATH": os.environ.get("PATH", ""), "ORG_ADMIN": "an-admin-key-value", "UNRELATED": "kept"}
+    resolve_key("WORK_KEY", declaration, environ=environ)
+    names = json.loads(seen.read_text())
+    assert "UNRELATED" in names and "ORG_ADMIN" not in names

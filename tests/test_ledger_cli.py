@@ -183,3 +183,62 @@ def test_an_account_that_does_not_exist_is_not_found(declared):
     result = run("block", "nobody")
     assert result.exit_code == 1
     assert result.output.startswith("Error: not_found: NAME: no declared account")
+
+
+# reconcile --open --account NAME: several attempts at once, each its own sourced reconciliation.
+
+
+def open_three():
+    for n, conversation in enumerate(("c1", "c2", "c3"), start=1):
+        reserve(f"a{n}", conversation, pinned="work")
+        settle(f"a{n}", Unknown("stream_closed"))
+    reserve("h1", "c4", pinned="home")
+    settle("h1", Unknown("stream_closed"))
+
+
+def reconciliations():
+    with Ledger() as ledger:
+        return sorted(
+            (row["attempt_id"], row["detail"], row["source_ref"])
+            for row in ledger.db.query("SELECT * FROM adjustment WHERE kind = 'reconciliation'")
+        )
+
+
+def test_reconcile_open_settles_every_open_attempt_of_the_account_oldest_first_each_sourced(declared):
+    open_three()
+    result = run("reconcile", "--open", "--account", "work", "0.01", "0", "0.25", "--source", "console usage 2026-11-10")
+    assert result.exit_code == 0, result.output
+    assert reconciliations() == [
+        ("a1", "10000000", "console usage 2026-11-10"),
+        ("a2", "0", "console usage 2026-11-10"),
+        ("a3", "250000000", "console usage 2026-11-10"),
+    ]
+    with Ledger() as ledger:
+        assert [row["id"] for row in ledger.open_attempts()] == ["h1"]
+
+
+def test_reconcile_open_with_cost_settles_them_all_at_that_cost(declared):
+    open_three()
+    assert run("reconcile", "--open", "--account", "work", "--cost", "0", "--source", "console: nothing billed").exit_code == 0
+    assert [detail for _, detail, _ in reconciliations()] == ["0", "0", "0"]
+
+
+def test_reconcile_open_with_the_wrong_number_of_amounts_writes_nothing_and_lists_the_attempts(declared):
+    open_three()
+    result = run("reconcile", "--open", "--account", "work", "0.01", "0", "--source", "console")
+    assert result.exit_code == 1
+    assert result.output.count("\n") == 1
+    assert "account work has 3 open attempts (a1, a2, a3, oldest first) and 2 amounts were given" in result.output
+    assert reconciliations() == []
+
+
+def test_reconcile_open_checks_every_amount_before_writing_any(declared):
+    open_three()
+    result = run("reconcile", "--open", "--account", "work", "0.01", "1,50", "0", "--source", "console")
+    assert result.exit_code == 1 and "USD <entry 2>" in result.output
+    assert reconciliations() == []
+
+
+def test_reconcile_open_needs_an_account_and_a_source(declared):
+    assert "--open: needs --account NAME" in run("reconcile", "--open", "--cost", "0", "--source", "x").output
+    assert "--source: is required" in run("reconcile", "--open", "--account", "work", "--cost", "0").output

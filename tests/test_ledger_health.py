@@ -86,10 +86,33 @@ def test_after_the_cooldown_exactly_one_attempt_is_the_probe(ledger, work):
     fail_with_rate_limit(ledger, [work])
     probe = ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
     assert probe.probe
-    assert health_row(ledger)["probe_attempt_id"] == "p1"
     with pytest.raises(AccountsError) as caught:
         ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(61))
     assert "probe attempt is in flight" in caught.value.message
+
+
+def test_admitting_the_probe_leaves_the_health_row_as_it_was(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    before = tuple(health_row(ledger))
+    assert ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60)).probe
+    assert tuple(health_row(ledger)) == before
+
+
+def test_a_probe_cycle_writes_the_health_row_once_with_the_probes_outcome(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    ledger.settle("p1", RATE_LIMITED, now=later(61))
+    row = health_row(ledger)
+    assert (row["state"], row["cooldown_until"], row["probe_attempt_id"]) == ("failing", later(121).isoformat(), "p1")
+
+
+def test_a_probe_that_ends_without_a_verdict_leaves_the_health_row_as_it_was(ledger, work):
+    fail_with_rate_limit(ledger, [work])
+    before = tuple(health_row(ledger))
+    ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
+    ledger.settle("p1", Unknown("cancelled"), now=later(61))
+    assert tuple(health_row(ledger)) == before
+    assert ledger.reserve(conv("c1"), "p2", quote(), [work], now=later(62)).probe
 
 
 def test_the_probes_success_clears_the_failure(ledger, work):
@@ -97,7 +120,7 @@ def test_the_probes_success_clears_the_failure(ledger, work):
     ledger.reserve(conv("c1"), "p1", quote(), [work], now=later(60))
     ledger.settle("p1", Complete(5, usage(), MODEL), now=later(61))
     row = health_row(ledger)
-    assert (row["state"], row["cooldown_until"], row["probe_attempt_id"]) == ("ok", None, None)
+    assert (row["state"], row["cooldown_until"], row["probe_attempt_id"]) == ("ok", None, "p1")
     assert not ledger.reserve(conv("c1"), "a3", quote(), [work], now=later(62)).probe
 
 
@@ -146,13 +169,85 @@ def test_semantic_failures_leave_health_alone(ledger, work):
     assert health_row(ledger) is None
 
 
-def test_three_transport_failures_in_a_row_start_a_dwell(ledger, work):
+def host_row(ledger, account="work"):
+    return ledger._conn.execute(
+        "SELECT * FROM host_health WHERE account = ? AND host = ?", (account, ledger.host)
+    ).fetchone()
+
+
+def transport_failures(ledger, accounts, count, scope="c1", at=T0, prefix="t"):
+    for n in range(count):
+        ledger.reserve(conv(scope), f"{prefix}{n}", quote(), accounts, now=at + dt.timedelta(seconds=n))
+        ledger.settle(f"{prefix}{n}", Unknown("transport_error", "transport"), now=at + dt.timedelta(seconds=n))
+
+
+def test_three_transport_failures_in_a_row_start_a_dwell_for_the_machine_that_saw_them(ledger, work):
     for n in range(3):
         ledger.reserve(conv("c1"), f"t{n}", quote(), [work], now=later(n))
         ledger.settle(f"t{n}", Unknown("transport_error", "transport"), now=later(n))
         if n < 2:
-            assert health_row(ledger)["state"] == "ok"
-    assert (health_row(ledger)["state"], health_row(ledger)["cooldown_until"]) == ("failing", later(32).isoformat())
+            assert host_row(ledger)["state"] == "ok"
+    assert (host_row(ledger)["state"], host_row(ledger)["cooldown_until"]) == ("failing", later(32).isoformat())
+    assert health_row(ledger) is None  # nothing about the account itself
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a4", quote(), [work], now=later(5))
+    assert caught.value.code == "transport_error"
+    assert "from this machine" in caught.value.message
+
+
+@pytest.fixture
+def machines(ledger_location):
+    """Two machines sharing one ledger (docs/architecture.md "Failure classes and health")."""
+    with Ledger(ledger_location, host="m1") as m1, Ledger(ledger_location, host="m2") as m2:
+        yield m1, m2
+
+
+def test_transport_failures_on_one_machine_leave_the_account_open_to_the_others(machines, work):
+    m1, m2 = machines
+    transport_failures(m1, [work], 3)
+    with pytest.raises(AccountsError):
+        m1.reserve(conv("c2"), "m1-next", quote(), [work], now=later(5))
+    reservation = m2.reserve(conv("c3"), "m2-next", quote(), [work], now=later(5))
+    assert (reservation.account, reservation.probe) == ("work", False)
+
+
+def test_a_new_conversation_on_the_machine_that_saw_transport_failures_goes_elsewhere(machines, work, home):
+    m1, _ = machines
+    transport_failures(m1, [work], 3)
+    assert m1.reserve(conv("c2"), "m1-next", quote(), [work, home], now=later(5)).account == "home"
+
+
+def test_account_failures_seen_from_one_machine_hold_for_every_machine(machines, work):
+    m1, m2 = machines
+    fail_with_rate_limit(m1, [work])
+    with pytest.raises(AccountsError) as caught:
+        m2.reserve(conv("c2"), "m2-next", quote(), [work], pinned="work", now=later(1))
+    assert caught.value.code == "rate_limited"
+
+
+def test_a_success_from_the_machine_clears_its_transport_failures(machines, work):
+    m1, _ = machines
+    transport_failures(m1, [work], 3)
+    probe = m1.reserve(conv("c1"), "p1", quote(), [work], now=later(40))
+    assert probe.probe
+    m1.settle("p1", Complete(5, usage(), MODEL), now=later(41))
+    assert host_row(m1)["state"] == "ok"
+    assert not m1.reserve(conv("c1"), "a5", quote(), [work], now=later(42)).probe
+
+
+def test_another_machines_probe_does_not_hold_this_machines_slot(machines, work):
+    m1, m2 = machines
+    transport_failures(m1, [work], 3)
+    transport_failures(m2, [work], 3, scope="c9", prefix="u")
+    assert m1.reserve(conv("c1"), "p1", quote(), [work], now=later(40)).probe
+    assert m2.reserve(conv("c9"), "p2", quote(), [work], now=later(40)).probe
+
+
+def test_unblock_clears_every_machines_transport_cooldown(machines, work):
+    m1, _ = machines
+    transport_failures(m1, [work], 3)
+    assert m1.clear_block("u1", "work", "the network is fixed", now=later(5)) == "health_cleared"
+    assert not m1.reserve(conv("c1"), "a4", quote(), [work], now=later(6)).probe
 
 
 def test_a_provider_outage_refuses_with_provider_error(ledger, work):
@@ -312,3 +407,75 @@ def test_a_warm_row_with_an_unreadable_expiry_counts_as_absent(ledger, work, hom
     ledger._conn.execute("UPDATE warm_prefix SET expires_at = '2026-11-10T13:00:00'")  # no offset
     ledger.reserve(conv("busy"), "b1", quote(NANO // 4), [work], now=T0)
     assert ledger.reserve(conv("c1"), "a1", quote(cert=CERT), [work, home], now=later(1)).account == "home"
+
+
+# Out of credit at the provider: one story, never our ledger's budget (architecture.md "Quota exhaustion")
+
+OUT_OF_CREDIT = Refused("request_rejected", 400, "invalid_request_error", "credit_balance_too_low", "quota_exhausted")
+
+
+def test_an_account_out_of_credit_refuses_later_prompts_saying_so_not_budget_exhausted(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    ledger.settle("a1", OUT_OF_CREDIT, now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c1"), "a2", quote(), [work], now=later(60))
+    assert caught.value.code == "request_rejected"
+    message = caught.value.message
+    assert "out of credit at the provider (quota_exhausted)" in message
+    assert "until 2026-11-10 13:00 UTC" in message
+    assert "llm accounts unblock work" in message
+
+
+# The half-open probe goes out only when no healthy account can take the prompt (architecture.md
+# "Failure classes and health")
+
+OUTAGE = Unknown("provider_error", "provider_outage", 500)
+
+
+def test_a_new_conversation_prefers_a_healthy_account_to_one_whose_cooldown_ended(ledger, work, home):
+    ledger.reserve(conv("busy"), "b1", quote(NANO // 2), [home], now=T0)  # home is further ahead of pace
+    ledger.reserve(conv("c1"), "f1", quote(), [work], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("home", False)
+
+
+def test_the_probe_goes_to_a_new_conversation_when_no_healthy_account_can_take_it(ledger, work, home):
+    ledger.reserve(conv("busy"), "b1", quote(NANO - NANO // 200), [home], now=T0)  # home has no room left
+    ledger.reserve(conv("c1"), "f1", quote(), [work], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c2"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("work", True)
+
+
+def test_a_bound_conversation_still_sends_the_probe_to_its_own_account(ledger, work, home):
+    ledger.reserve(conv("c1"), "f1", quote(), [work, home], pinned="work", now=T0)
+    ledger.settle("f1", OUTAGE, now=T0)
+    reservation = ledger.reserve(conv("c1"), "a2", quote(), [work, home], now=later(60))
+    assert (reservation.account, reservation.probe) == ("work", True)
+
+
+# Removed accounts (architecture.md "Ledger")
+
+
+def test_mark_removed_sets_removed_at_once_and_the_next_admission_clears_it(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(), [work], now=T0)
+    assert ledger.mark_removed("work", now=later(1)) is True
+    assert ledger.mark_removed("work", now=later(2)) is False
+    row = ledger._conn.execute("SELECT removed_at FROM account WHERE name = 'work'").fetchone()
+    assert row[0] == later(1).isoformat()
+    ledger.reserve(conv("c2"), "a2", quote(), [work], now=later(3))
+    assert ledger._conn.execute("SELECT removed_at FROM account WHERE name = 'work'").fetchone()[0] is None
+
+
+def test_this_host_is_the_host_name_or_a_digest_of_an_unusual_one(monkeypatch):
+    import socket
+
+    from llm_accounts.ledger import this_host
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "build-7.example")
+    assert this_host() == "build-7.example"
+    for odd in ("my laptop", "sk-ant-api03-looks-like-a-key", "x" * 100, ""):
+        monkeypatch.setattr(socket, "gethostname", lambda: odd)
+        named = this_host()
+        assert named.startswith("host-") and len(named) == 21 and (not odd or odd not in named)

@@ -64,3 +64,16 @@ def test_the_readme_examples_run_as_written(newcomer, tmp_path):
     assert len(answered) == 6  # one client-capped prompt, one for alice, four in Prompting
     for key in keys.values():
         assert_no_key_material(output, key)
+
+
+def test_the_per_client_caps_examples_keep_the_restricted_account_restricted(newcomer, tmp_path):
+    """Adding a token cap, as the README does, keeps --clients-only and the other clients' caps."""
+    env, keys, server = newcomer
+    for block in bash_blocks("### Per-client caps"):
+        block = "\n".join(line for line in block.splitlines() if not line.startswith(("LLM_ACCOUNTS_CLIENT=", "llm -m")))
+        result = subprocess.run(["bash", "-e", "-c", block], env=env, cwd=tmp_path, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    [shared] = json.loads((pathlib.Path(env["LLM_USER_PATH"]) / "accounts.json").read_text())["accounts"]
+    assert shared["clients_only"] is True
+    assert shared["clients"]["alice@example.com"] == {"budget_usd": "20.00"}
+    assert shared["clients"]["ci-bot"] == {"budget_usd": "5.00", "tokens": 2000000}

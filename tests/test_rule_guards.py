@@ -60,12 +60,13 @@ def test_a_4xx_or_529_without_a_documented_body_stays_open(hostile_account, ledg
 
 def test_a_3xx_answer_is_a_failure_that_stays_unknown():
     """The client follows no redirect, so a 3xx is an answer that is not a message: an unknown
-    outcome, not a success (bench/mutate.py moved the 2xx bound to 300)."""
+    outcome, not a success (bench/mutate.py moved the 2xx bound to 300), and an unexpected status
+    whatever its body says (docs/errors.md "An unexpected status")."""
     from llm_accounts import classify
 
     assert classify.outcome_for_status(300) == "provider_error"
-    assert classify.failure_class(300, classify.UNREADABLE) == "semantic"
-    assert classify.failure_class(300, classify.ErrorInfo("overloaded_error", "other", None, True)) == "semantic"
+    assert classify.failure_class(300, classify.UNREADABLE) == "provider_outage"
+    assert classify.failure_class(300, classify.ErrorInfo("rate_limit_error", "other", None, True)) == "provider_outage"
 
 
 def test_the_routing_object_records_each_attempt_at_the_cost_the_ledger_settled(accounts, user_path, ledger_path):

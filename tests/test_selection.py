@@ -93,3 +93,16 @@ def test_a_stored_time_that_is_not_aware_iso_text_counts_as_absent():
     assert selection.parse_time(1731240000) is None
     assert selection.parse_time(None) is None
     assert selection.parse_time("2026-11-10T12:30:00+00:00") == dt.datetime(2026, 11, 10, 12, 30, tzinfo=dt.timezone.utc)
+
+
+def test_an_account_waiting_for_its_probe_comes_after_every_healthy_one():
+    # It failed and spent nothing, so it is the least used and the best ranked: still last.
+    probe = Candidate("probe", budget_nusd=NANO, committed_nusd=0, rank=0, probe=True)
+    healthy = Candidate("healthy", budget_nusd=NANO, committed_nusd=NANO - 1, rank=3)
+    assert names([probe, healthy]) == ["healthy", "probe"]
+
+
+def test_among_accounts_waiting_for_their_probes_the_usual_order_decides():
+    busy = Candidate("busy", budget_nusd=NANO, committed_nusd=NANO // 2, probe=True)
+    idle = Candidate("idle", budget_nusd=NANO, committed_nusd=0, probe=True)
+    assert names([busy, idle]) == ["idle", "busy"]

@@ -524,6 +524,27 @@ def test_stream_error_sends_an_error_event_and_no_message_stop(server, keys):
     assert "message_stop" not in names and "message_delta" not in names
 
 
+@pytest.mark.parametrize(
+    "behaviour, error_type, says",
+    [
+        ("stream_rate_limit_error", "rate_limit_error", "rate limit"),
+        ("stream_authentication_error", "authentication_error", "x-api-key"),
+        ("stream_permission_error", "permission_error", "permission"),
+        ("stream_billing_error", "billing_error", "billing"),
+        ("stream_credit_balance_too_low", "invalid_request_error", "credit balance is too low"),
+    ],
+)
+def test_each_stream_error_behaviour_ends_the_stream_with_its_error_event(server, keys, behaviour, error_type, says):
+    server.set_behaviour("a", behaviour)
+    response, text = stream(server, keys["a"], request("A reply long enough to cut"))
+    assert response.status_code == 200
+    events = parse_sse(text)
+    assert "content_block_delta" in [name for name, _ in events]
+    name, data = events[-1]
+    assert (name, data["type"], data["error"]["type"]) == ("error", "error", error_type)
+    assert says in data["error"]["message"]
+
+
 def test_stream_error_without_streaming_gets_529(server, keys):
     server.set_behaviour("a", "stream_error")
     assert_error(post(server, keys["a"], request()), 529, "overloaded_error", "Overloaded")
@@ -973,7 +994,8 @@ def test_command_reports_a_busy_port_in_one_line(tmp_path, canary_key):
         port = busy.getsockname()[1]
         result = CliRunner().invoke(accounts, ["standin", "--config", str(config), "--port", str(port)])
     assert result.exit_code == 1
-    assert result.output.startswith(f"Error: --port: cannot listen on 127.0.0.1:{port} (")
+    assert result.output.count("\n") == 1
+    assert result.output.startswith(f"Error: declaration_invalid: --port: 127.0.0.1:{port} is already in use")
 
 
 def test_standin_without_config_serves_demo_keys_it_stores_in_llms_key_store(user_path, tmp_path):
@@ -1003,3 +1025,64 @@ def test_standin_without_config_serves_demo_keys_it_stores_in_llms_key_store(use
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_standin_that_cannot_bind_its_port_leaves_the_stored_demo_keys_alone(user_path):
+    """A second `llm accounts standin` on a taken port must not replace the keys the running one
+    serves: that would break it and block the accounts that name them."""
+    (user_path / "keys.json").write_text(json.dumps({"STANDIN_ALPHA_KEY": "sk-ant-running-alpha", "OTHER": "x"}))
+    before = (user_path / "keys.json").read_text()
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = CliRunner().invoke(accounts, ["standin", "--port", str(port)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: declaration_invalid: --port: 127.0.0.1:{port} is already in use (another stand-in may be serving "
+        "there: use its URL, or choose another --port; 0 picks a free one); the stored demo keys were left as they are\n"
+    )
+    assert (user_path / "keys.json").read_text() == before
+
+
+def test_the_standins_printed_suggestion_works_as_printed(user_path, tmp_path):
+    """Without --config the stand-in prints how to declare a demo key and prompt through it; a
+    newcomer who pastes those lines gets an answer (the default model's ceiling fits the budget)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_"))}
+    env.update(
+        LLM_USER_PATH=str(user_path), LLM_ACCOUNTS_LEDGER=str(tmp_path / "ledger.db"),
+        PATH=os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", ""),
+    )
+    server = subprocess.Popen(
+        [sys.executable, "-m", "llm", "accounts", "standin", "--port", "0"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        server.stdout.readline()
+        printed = []
+        for line in iter(server.stderr.readline, ""):
+            if line.startswith("Messages API stand-in running"):
+                break
+            printed.append(line)
+        suggested = [line.strip() for line in printed if line.startswith("  ")]
+        assert [line.split()[0] for line in suggested] == ["llm", "LLM_ACCOUNTS_BASE_URL=" + line_url(suggested[1])]
+        for line in suggested:
+            result = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("Stand-in reply to: hi")
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def line_url(line):
+    return line.split()[0].split("=", 1)[1]
+
+
+def test_the_standin_help_example_is_the_printed_suggestion():
+    from llm_accounts.standin.demo import suggestion
+
+    help_text = CliRunner().invoke(accounts, ["standin", "--help"]).output
+    add, prompt = suggestion("http://127.0.0.1:8765")
+    assert add in " ".join(help_text.split())
+    assert prompt in help_text

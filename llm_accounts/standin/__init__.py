@@ -22,11 +22,17 @@ api_error (500); bad_gateway (502); unavailable (503, retry-after); gateway_time
 ``timeout_error``); unauthorized (401); forbidden (403); credit_balance_too_low (400);
 usage_limit_reached (400, regain date: the 1st of next month); prompt_too_long (400);
 max_tokens_too_large (400); stream_error (streamed: some deltas then an ``error`` event, no
-message_stop; otherwise 529); slow (``delay`` seconds before the headers and between events);
+message_stop; otherwise 529); stream_rate_limit_error, stream_authentication_error,
+stream_permission_error, stream_billing_error and stream_credit_balance_too_low (streamed: the
+same, with an ``error`` event of that type, or an ``invalid_request_error`` saying the credit
+balance is too low; otherwise their HTTP twin: rate_limited, unauthorized, forbidden,
+credit_balance_too_low); slow (``delay`` seconds before the headers and between events);
 drop (streamed: some deltas then the connection closes mid-body; otherwise it closes with no
 response); echo_key (the reply text quotes the request's key, split across text deltas);
 refusal (200 with no content, ``stop_reason: refusal`` and ``stop_details``, as a safety
 classifier declines).
+GET /v1/models under a standing echo_key lists the key itself, and an id quoting it, on its first
+page.
 GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
 forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
 
@@ -41,7 +47,7 @@ replies are deterministic (``replies``); the model table is the stand-in's own (
 """
 
 from .config import BEHAVIOURS, ConfigError, load_config, validate_config
-from .demo import demo_config
+from .demo import demo_config, store_demo_keys
 from .models import MODELS, RETIRED, find_model
 from .server import StandIn, is_loopback, serve
 from .tokens import count_tokens, text_tokens
@@ -58,6 +64,7 @@ __all__ = [
     "is_loopback",
     "load_config",
     "serve",
+    "store_demo_keys",
     "text_tokens",
     "validate_config",
 ]

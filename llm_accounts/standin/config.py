@@ -3,6 +3,7 @@
 Errors name the field and the rule, never the value: a config holds keys.
 """
 
+import hashlib
 import json
 import math
 import re
@@ -23,14 +24,22 @@ BEHAVIOURS = (
     "prompt_too_long",
     "max_tokens_too_large",
     "stream_error",
+    "stream_rate_limit_error",
+    "stream_authentication_error",
+    "stream_permission_error",
+    "stream_billing_error",
+    "stream_credit_balance_too_low",
     "slow",
     "drop",
     "echo_key",
     "refusal",
 )
 
-KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after")
-TOP_FIELDS = ("keys", "min_cache_tokens")
+KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id")
+TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay")
+ADMIN_KEY_FIELDS = ("key", "organization")
+# The id shape the Admin API gives API keys ("apikey_" then base62).
+API_KEY_ID = re.compile(r"apikey_[A-Za-z0-9]{1,64}")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 # Fields set_behaviour() may change at run time.
 RUNTIME_FIELDS = ("script", "delay", "min_cache_tokens", "retry_after")
@@ -42,11 +51,16 @@ class ConfigError(ValueError):
 
 def load_config(path):
     """Read and validate a stand-in config file; returns the normalized config dict."""
+    from ..paths import FileProblem, read_limited
+
     try:
-        with open(path, encoding="utf-8") as fp:
-            text = fp.read()
-    except OSError as error:
-        raise ConfigError(f"--config: cannot read the file ({error.strerror or 'unreadable'})") from None
+        text = read_limited(path).decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError("--config: cannot read the file (No such file or directory)") from None
+    except FileProblem as error:
+        raise ConfigError(f"--config: the file {error.reason}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("--config: the file is not UTF-8 text") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -93,6 +107,9 @@ def validate_config(data):
         check_behaviour(behaviour, f"{where}.behaviour")
         settings = check_settings(entry, where)
         minimum = settings["min_cache_tokens"]
+        api_key_id = entry.get("api_key_id", default_api_key_id(label))
+        if not isinstance(api_key_id, str) or not API_KEY_ID.fullmatch(api_key_id):
+            raise ConfigError(f"{where}.api_key_id: must be 'apikey_' followed by 1-64 letters or digits")
         normalized.append(
             {
                 "label": label,
@@ -103,9 +120,46 @@ def validate_config(data):
                 "delay": settings["delay"],
                 "min_cache_tokens": default_minimum if minimum is None else minimum,
                 "retry_after": settings["retry_after"],
+                "api_key_id": api_key_id,
             }
         )
-    return {"keys": normalized, "min_cache_tokens": default_minimum}
+    admin_keys = _admin_keys(data.get("admin_keys", []), secrets)
+    delay = data.get("report_delay", 0)
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
+        raise ConfigError("report_delay: must be a number of seconds >= 0")
+    return {"keys": normalized, "min_cache_tokens": default_minimum, "admin_keys": admin_keys, "report_delay": float(delay)}
+
+
+def default_api_key_id(label):
+    """A stable id per label, shaped like the Admin API's (``apikey_01`` and base62)."""
+    alphabet = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    number = int.from_bytes(hashlib.sha256(f"api_key_id:{label}".encode()).digest(), "big")
+    digits = []
+    while len(digits) < 22:
+        number, digit = divmod(number, 62)
+        digits.append(alphabet[digit])
+    return "apikey_01" + "".join(digits)
+
+
+def _admin_keys(value, secrets):
+    """Admin API keys, each for one organization: they read its usage and cost reports."""
+    if not isinstance(value, list):
+        raise ConfigError("admin_keys: must be a list of {key, organization} objects")
+    out = []
+    for index, entry in enumerate(value):
+        where = f"admin_keys[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object")
+        _no_unknown(entry, ADMIN_KEY_FIELDS, where)
+        key, organization = entry.get("key"), entry.get("organization")
+        if not isinstance(key, str) or not key or key != key.strip():
+            raise ConfigError(f"{where}.key: must be a non-empty string without surrounding spaces")
+        if key in secrets or any(key == other["key"] for other in out):
+            raise ConfigError(f"{where}.key: the same key is already declared")
+        if not isinstance(organization, str) or not organization:
+            raise ConfigError(f"{where}.organization: must be a non-empty string")
+        out.append({"key": key, "organization": organization})
+    return out
 
 
 def check_behaviour(value, where):

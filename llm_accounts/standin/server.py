@@ -21,7 +21,7 @@ import traceback
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from . import wire
+from . import reports, wire
 from .cache import PromptCache
 from .config import RUNTIME_FIELDS, ConfigError, check_behaviour, check_settings, validate_config
 from .models import find_model, listed_models
@@ -36,6 +36,9 @@ ACCOUNT_WIDE = frozenset({"unauthorized", "forbidden", "rate_limited", "overload
 MAX_BODY_BYTES = 32 * 1024 * 1024  # section 4.1: Messages and Token Counting
 STREAM_CUT_AFTER = 2  # deltas sent before stream_error and drop break the stream
 REASONS = {529: "Overloaded"}
+ADMIN_PATHS = frozenset(
+    {"/v1/organizations/usage_report/messages", "/v1/organizations/cost_report", "/v1/organizations/api_keys"}
+)
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22)}
 
@@ -59,6 +62,7 @@ class _Key:
     delay: float
     min_cache_tokens: object
     retry_after: int
+    api_key_id: str
 
 
 def _handle_error(server, request, client_address):
@@ -88,6 +92,10 @@ class StandIn:
         self._serial = 0
         self._keys = {entry["key"]: _Key(**entry) for entry in config["keys"]}
         self._labels = {state.label: state for state in self._keys.values()}
+        # Admin API keys: each reads its organization's usage and cost reports (standin/reports.py).
+        self._admin_keys = {entry["key"]: entry["organization"] for entry in config["admin_keys"]}
+        self.report_delay = config["report_delay"]
+        self.revision = None  # the prices the cost report bills at; None: the shipped revision
         self._stopping = threading.Event()
         self._connections = set()
         # Connections accepted so far: bench/overhead.py reads how many prompts share one.
@@ -175,11 +183,9 @@ class StandIn:
         return prefix + "".join(digits)
 
 
-def serve(config, host="127.0.0.1", port=0, *, on_ready=None):
-    """Serve until Ctrl-C (the ``llm accounts standin`` command). ``on_ready(base_url)`` runs once bound."""
-    standin = StandIn(config, host, port)
-    if on_ready is not None:
-        on_ready(standin.base_url)
+def serve(standin):
+    """Serve ``standin`` (a ``StandIn``, bound when it was made) until Ctrl-C: the ``llm accounts
+    standin`` command, which binds first so that a taken port changes nothing."""
     try:
         standin._server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
@@ -230,6 +236,7 @@ class _Exchange:
         self.path, self.query = url.path, parse_qs(url.query)
         self.headers = {name.lower(): value for name, value in handler.headers.items()}
         self.version = None
+        self.admin = False
         self.entry = {
             "method": handler.command,
             "path": self.path,
@@ -245,6 +252,9 @@ class _Exchange:
             "request_id": self.request_id,
             "usage": None,
             "dropped": False,
+            "at": None,  # the stand-in's clock when a reply was planned (its billing minute)
+            "api_key_id": None,
+            "model_id": None,
         }
 
     def run(self):
@@ -307,9 +317,22 @@ class _Exchange:
             return self._list_models
         if method == "GET" and path.startswith("/v1/models/"):
             return lambda raw: self._get_model(path[len("/v1/models/"):])
+        if method == "GET" and path in ADMIN_PATHS:
+            self.admin = True
+            return lambda raw: self._report(path)
         raise Refusal(404, "not_found_error", "Not Found")
 
     def _authenticate(self):
+        if self.admin:
+            # The Admin API takes only an admin key in x-api-key; an API key is refused.
+            presented = self.headers.get("x-api-key")
+            if not presented:
+                raise Refusal(401, "authentication_error", "x-api-key header is required")
+            organization = self.standin._admin_keys.get(presented)
+            if organization is None:
+                raise Refusal(401, "authentication_error", "invalid x-api-key")
+            self.entry["auth"], self.entry["organization"], self.entry["label"] = "admin", organization, "admin"
+            return
         api_key, authorization = self.headers.get("x-api-key"), self.headers.get("authorization")
         if api_key is not None and authorization is not None:
             raise bad("Both x-api-key and Authorization headers were provided; send the key in only one of them.")
@@ -410,8 +433,8 @@ class _Exchange:
         model = validate(body, messages=True, version=self.version)
         betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
         units, points, total = check_prompt(body, model, betas, force=behaviour)
-        if behaviour == "stream_error" and not stream:
-            self._refuse_as("overloaded")
+        if behaviour in wire.STREAM_ERRORS and not stream:
+            self._refuse_as(wire.STREAM_ERRORS[behaviour][2])
         if behaviour == "drop" and not stream:
             self._drop()
             return
@@ -426,6 +449,8 @@ class _Exchange:
             refuse=behaviour == "refusal",
         )
         message_id = self.standin._new_id("msg")
+        # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
+        self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
         self.entry["usage"] = wire.usage(plan, reply.output_tokens)
         delay = self.key.delay if behaviour == "slow" else 0.0
         if delay:
@@ -466,6 +491,10 @@ class _Exchange:
             window = models[start: start + limit]
             has_more = start + limit < len(models)
         data = [model.as_json() for model in window]
+        if self.key.behaviour == "echo_key" and after is None and before is None:
+            # A hostile listing: the key itself, and an id that quotes it, among the models.
+            for listed_id in (self.presented, f"claude-{self.presented}-latest"):
+                data.insert(0, {**models[0].as_json(), "id": listed_id, "display_name": listed_id})
         self._send_json(200, {
             "data": data,
             "has_more": has_more,
@@ -481,6 +510,24 @@ class _Exchange:
         if model is None:
             raise Refusal(404, "not_found_error", f"model: {name}")
         self._send_json(200, model.as_json())
+
+    def _report(self, path):
+        standin = self.standin
+        organization = self.entry["organization"]
+        if path.endswith("/api_keys"):
+            self._send_json(200, reports.api_keys(self.query, standin._keys.values(), organization))
+            return
+        now = standin.clock()
+        with standin._lock:
+            entries = list(standin.requests)
+        billed = reports.billed(entries, organization, now, standin.report_delay)
+        if path.endswith("/cost_report"):
+            from ..pricing import current_revision
+
+            page = reports.cost_report(self.query, billed, now, standin.revision or current_revision())
+        else:
+            page = reports.usage_report(self.query, billed, now)
+        self._send_json(200, page)
 
     # Response.
 
@@ -511,7 +558,7 @@ class _Exchange:
         self.handler.wfile.write(data)
 
     def _stream(self, model, message_id, reply, plan, behaviour, delay, total_input):
-        cut = STREAM_CUT_AFTER if behaviour in ("stream_error", "drop") else None
+        cut = STREAM_CUT_AFTER if behaviour in wire.STREAM_ERRORS or behaviour == "drop" else None
         self.entry["dropped"] = behaviour == "drop"  # set before the entry is logged
         events = wire.encode_events(wire.stream_events(model.id, message_id, reply, plan, stop_after=cut))
         self._start(200, {
@@ -527,7 +574,7 @@ class _Exchange:
         if behaviour == "drop":
             self._drop()
             return
-        if behaviour == "stream_error":
-            error = wire.sse("error", wire.STREAM_OVERLOADED)
+        if behaviour in wire.STREAM_ERRORS:
+            error = wire.stream_error_event(behaviour)
             write(b"%x\r\n%s\r\n" % (len(error), error))
         write(b"0\r\n\r\n")

@@ -179,7 +179,24 @@ def sse(name, payload, pad=0):
 
 
 PING = '{"type": "ping"}'
-STREAM_OVERLOADED = '{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
+# Mid-stream ``error`` events per behaviour: (error.type, message, the behaviour a request that is not
+# streamed gets instead). An error can arrive after a 200 and some deltas, of any documented type.
+STREAM_ERRORS = {
+    "stream_error": ("overloaded_error", "Overloaded", "overloaded"),
+    "stream_rate_limit_error": ("rate_limit_error", "Number of request tokens has exceeded your per-minute rate limit", "rate_limited"),
+    "stream_authentication_error": ("authentication_error", "invalid x-api-key", "unauthorized"),
+    "stream_permission_error": (
+        "permission_error", "Your API key does not have permission to use the specified resource.", "forbidden"
+    ),
+    "stream_billing_error": ("billing_error", "This organization has been disabled for billing reasons.", "credit_balance_too_low"),
+    "stream_credit_balance_too_low": ("invalid_request_error", CREDIT_BALANCE_TOO_LOW, "credit_balance_too_low"),
+}
+
+
+def stream_error_event(behaviour):
+    """The ``error`` event a ``stream_*`` behaviour ends its stream with."""
+    error_type, message, _ = STREAM_ERRORS[behaviour]
+    return sse("error", error_body(error_type, message))
 
 
 def stream_events(model_id, message_id, reply, plan, *, stop_after=None):

@@ -1,0 +1,292 @@
+"""Settling open attempts from the provider's usage report, end to end on the loopback stand-in:
+interrupted prompts, the report the stand-in serves from what it billed, ``llm accounts reconcile
+--from-provider``, the automatic pass a routed prompt starts, and every case kept open
+(docs/architecture.md "Settling from the provider"). Clocks are the test's."""
+
+import datetime as dt
+import json
+import sqlite3
+import sys
+
+import llm
+import pytest
+
+from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
+from llm_accounts import clock, provider_pass, provider_usage
+from llm_accounts.declarations import Account, load_declaration, save_accounts_file
+from llm_accounts.money import NANO
+from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.standin import StandIn
+from llm_accounts.standin.config import default_api_key_id
+from routed_helpers import llm_cli
+
+MODEL = "claude-routed/claude-haiku-4-5"
+HAIKU = "claude-haiku-4-5-20251001"
+START = dt.datetime(2026, 12, 31, 23, 50, 5, tzinfo=dt.timezone.utc)  # a credit period's last minutes
+AFTER_FINAL = provider_usage.FINAL_AFTER + dt.timedelta(minutes=2)
+
+
+class Clock:
+    """One clock for the stand-in (seconds) and the product (``clock.now``)."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def __call__(self):
+        return self.at.timestamp()
+
+    def now(self):
+        return self.at
+
+    def advance(self, **delta):
+        self.at += dt.timedelta(**delta)
+
+
+@pytest.fixture
+def fake_clock(monkeypatch):
+    fake = Clock(START)
+    monkeypatch.setattr(clock, "now", fake.now)
+    return fake
+
+
+@pytest.fixture
+def org(user_path, ledger_path, monkeypatch, fake_clock):
+    """Accounts alpha and beta, each its own organization with an Admin API key; alpha declares
+    its api_key_id, beta's is found from the organization's only active key."""
+    keys = {"ALPHA_KEY": make_key(), "BETA_KEY": make_key(), "ALPHA_ADMIN": make_key(), "BETA_ADMIN": make_key()}
+    config = {
+        "keys": [
+            {"label": "alpha", "key": keys["ALPHA_KEY"], "organization": "org-alpha"},
+            {"label": "beta", "key": keys["BETA_KEY"], "organization": "org-beta"},
+        ],
+        "admin_keys": [
+            {"key": keys["ALPHA_ADMIN"], "organization": "org-alpha"},
+            {"key": keys["BETA_ADMIN"], "organization": "org-beta"},
+        ],
+        "report_delay": 120,
+    }
+    (user_path / "keys.json").write_text(json.dumps(keys))
+    save_accounts_file(
+        [
+            Account("alpha", "ALPHA_KEY", 50 * NANO, admin_key_env="ALPHA_ADMIN", api_key_id=default_api_key_id("alpha")),
+            Account("beta", "BETA_KEY", 50 * NANO, rank=1, admin_key_env="BETA_ADMIN"),
+        ],
+        None,
+    )
+    with StandIn(config, clock=fake_clock) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        server.keys = keys
+        yield server
+    provider_pass.wait_for_background(30)
+
+
+def interrupted(max_tokens=300):
+    """A routed prompt whose consumer stops after the first chunk: open, stream_closed."""
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=max_tokens)
+    iterator = iter(response)
+    next(iterator)
+    iterator.close()
+
+
+def rows(ledger_path):
+    db = sqlite3.connect(ledger_path)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute("SELECT * FROM attempt ORDER BY rowid")]
+    finally:
+        db.close()
+
+
+def sources(ledger_path):
+    db = sqlite3.connect(ledger_path)
+    try:
+        return [r[0] for r in db.execute("SELECT source_ref FROM adjustment WHERE kind = 'reconciliation' ORDER BY created_at")]
+    finally:
+        db.close()
+
+
+def billed(entry):
+    """What the stand-in billed for a request, at the shipped prices."""
+    return settlement_cost(entry["usage"], entry["model_id"], None, current_revision())
+
+
+def test_an_interrupted_prompt_is_settled_from_the_report_at_what_the_stand_in_billed(org, ledger_path, fake_clock):
+    interrupted()
+    [row] = rows(ledger_path)
+    assert (row["state"], row["outcome"]) == ("open", "stream_closed")
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 0, result.output
+    [entry] = [r for r in org.requests if r["path"] == "/v1/messages"]
+    [row] = rows(ledger_path)
+    assert (row["state"], row["cost_nusd"]) == ("settled", billed(entry))
+    assert sources(ledger_path) == [f"usage_report:messages:2026-12-31T23:50Z:{default_api_key_id('alpha')}:{HAIKU}"]
+    assert f"alpha: 1 settled" in result.output and "0 kept open" in result.output
+
+
+def test_what_the_ledger_settled_in_the_same_minute_is_taken_away(org, ledger_path, fake_clock):
+    assert llm_cli("-m", MODEL, "A short complete answer").exit_code == 0
+    fake_clock.advance(seconds=20)
+    interrupted()
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    complete, closed = rows(ledger_path)
+    entry = [r for r in org.requests if r["path"] == "/v1/messages"][1]
+    assert complete["outcome"] == "complete"
+    assert (closed["state"], closed["cost_nusd"]) == ("settled", billed(entry))
+
+
+def test_two_open_attempts_in_one_minute_stay_open_and_the_command_says_why(org, ledger_path, fake_clock):
+    interrupted()
+    fake_clock.advance(seconds=5)
+    interrupted()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 0, result.output
+    assert [r["state"] for r in rows(ledger_path)] == ["open", "open"]
+    assert result.output.count("kept open (ambiguous): 2 open attempts share its minutes on this key and model") == 2
+
+
+def test_a_minute_not_yet_final_stays_open(org, ledger_path, fake_clock):
+    interrupted()
+    fake_clock.advance(minutes=5)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+    assert result.exit_code == 0, result.output
+    [alpha, beta] = json.loads(result.output)
+    assert [k["reason"] for k in alpha["kept_open"]] == ["not_final"]
+    assert rows(ledger_path)[0]["state"] == "open"
+
+
+def test_an_unreadable_report_keeps_every_attempt_open_and_exits_non_zero(org, ledger_path, fake_clock, user_path):
+    interrupted()
+    fake_clock.advance(minutes=12)
+    stored = json.loads((user_path / "keys.json").read_text())
+    stored["ALPHA_ADMIN"] = make_key()  # not an admin key the stand-in knows
+    (user_path / "keys.json").write_text(json.dumps(stored))
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 1
+    assert "alpha: usage report not read: auth_failed: GET /v1/organizations/usage_report/messages answered HTTP 401" in result.output
+    assert result.output.splitlines()[-1] == (
+        "Error: auth_failed: could not read the usage report of alpha; their open attempts stay open"
+    )
+    assert rows(ledger_path)[0]["state"] == "open"
+
+
+def test_the_key_id_of_an_organization_with_one_active_key_is_found_once_and_remembered(org, ledger_path, fake_clock):
+    interrupted()
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account="beta")
+    iterator = iter(response)
+    next(iterator)
+    iterator.close()
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta").exit_code == 0
+    assert provider_pass.load_state()["key_ids"]["beta"] == {"admin_key_env": "BETA_ADMIN", "api_key_id": default_api_key_id("beta")}
+    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("alpha", "open"), ("beta", "settled")]
+    listed = [r for r in org.requests if r["path"] == "/v1/organizations/api_keys"]
+    assert len(listed) == 1
+
+
+def test_an_organization_with_several_keys_needs_api_key_id_declared(org, ledger_path, fake_clock, monkeypatch):
+    from llm_accounts import admin_api
+
+    monkeypatch.setattr(admin_api, "active_key_ids", lambda *a: ["apikey_01one", "apikey_01two"])
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account="beta")
+    iterator = iter(response)
+    next(iterator)
+    iterator.close()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta")
+    assert result.exit_code == 1
+    assert "declaration_invalid: api_key_id: account beta's organization lists 2 active API keys" in result.output
+    assert "--api-key-id apikey_..." in result.output
+
+
+def test_a_routed_prompt_settles_earlier_interrupted_ones_in_the_background(org, ledger_path, fake_clock):
+    interrupted()
+    fake_clock.advance(minutes=12)
+    assert llm_cli("-m", MODEL, "Hello again").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    first, second = rows(ledger_path)
+    [entry] = [r for r in org.requests if r["path"] == "/v1/messages"][:1]
+    assert (first["state"], first["cost_nusd"]) == ("settled", billed(entry))
+    assert second["outcome"] == "complete"
+    assert provider_pass.load_state()["last_run"] == clock.isoformat(fake_clock.now())
+
+
+def test_the_automatic_pass_runs_at_most_every_two_minutes(org, ledger_path, fake_clock):
+    assert llm_cli("-m", MODEL, "Hello").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    assert provider_pass.settle_in_background(load_declaration()) is None
+    fake_clock.advance(minutes=2)
+    assert provider_pass.settle_in_background(load_declaration()) is not None
+    assert provider_pass.wait_for_background(30)
+
+
+def test_the_automatic_pass_never_runs_the_secret_lookup_command(org, ledger_path, fake_clock, user_path, tmp_path):
+    marker = tmp_path / "lookup-ran"
+    script = tmp_path / "lookup.py"
+    script.write_text(f"import pathlib, sys\npathlib.Path({str(marker)!r}).touch()\nprint('unused')\n")
+    stored = json.loads((user_path / "keys.json").read_text())
+    del stored["ALPHA_ADMIN"]
+    (user_path / "keys.json").write_text(json.dumps(stored))
+    save_accounts_file(load_declaration().accounts, (sys.executable, str(script), "{name}"))
+    interrupted()  # its own pass may already find the attempt and fail: past RETRY_AFTER below
+    assert provider_pass.wait_for_background(30)
+    fake_clock.advance(minutes=16)
+    assert llm_cli("-m", MODEL, "Hello again").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    assert not marker.exists()
+    state = provider_pass.load_state()
+    assert (state["error"], state["failed_at"]) == ("credential_missing", clock.isoformat(fake_clock.now()))
+    assert rows(ledger_path)[0]["state"] == "open"
+    assert (
+        "The automatic provider pass failed (credential_missing) at 2027-01-01 00:06 UTC; open attempts wait for the next one "
+        "or for 'llm accounts reconcile --from-provider', which says why"
+    ) in llm_cli("accounts", "status").output
+    # A failed pass waits RETRY_AFTER before the next one.
+    fake_clock.advance(minutes=3)
+    assert provider_pass.settle_in_background(load_declaration()) is None
+
+
+def test_a_second_pass_records_nothing_new(org, ledger_path, fake_clock):
+    interrupted()
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    again = llm_cli("accounts", "reconcile", "--from-provider")
+    assert again.exit_code == 0
+    assert len(sources(ledger_path)) == 1
+
+
+def test_no_admin_key_anywhere_is_refused_with_how_to_add_one(user_path, ledger_path):
+    save_accounts_file([Account("work", "WORK_KEY", 5 * NANO)], None)
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1].startswith("Error: declaration_invalid: --from-provider: no account declares admin_key_env")
+
+
+def test_the_admin_key_appears_in_no_output_or_file(org, ledger_path, fake_clock, tmp_path):
+    interrupted()
+    fake_clock.advance(minutes=12)
+    outputs = [
+        llm_cli("accounts", "reconcile", "--from-provider").output,
+        llm_cli("accounts", "reconcile", "--from-provider", "--json").output,
+        llm_cli("accounts", "audit", "--from-provider", "--json").output,
+        llm_cli("accounts", "list", "--json").output,
+    ]
+    assert provider_pass.wait_for_background(30)
+    assert provider_pass.state_path().exists()
+    for name in ("ALPHA_ADMIN", "BETA_ADMIN"):
+        for text in outputs:
+            assert_no_key_material(text, org.keys[name])
+        assert_tree_has_no_key_material(tmp_path, org.keys[name], ignore={"keys.json"})
+
+
+def test_the_automatic_pass_looks_back_a_day_and_the_command_reads_every_open_attempt(org, ledger_path, fake_clock):
+    interrupted()
+    assert provider_pass.wait_for_background(30)
+    fake_clock.advance(hours=25)
+    assert llm_cli("-m", MODEL, "A day later").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    assert rows(ledger_path)[0]["state"] == "open"
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    assert rows(ledger_path)[0]["state"] == "settled"
