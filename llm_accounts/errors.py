@@ -38,7 +38,7 @@ CODES = frozenset(
 class AccountsError(Exception):
     """A refusal with a code from ``CODES``; ``str()`` is one line, safe to print."""
 
-    def __init__(self, code, message, *, account=None, attempt_id=None, http_status=None, retry_at=None):
+    def __init__(self, code, message, *, account=None, attempt_id=None, http_status=None, retry_at=None, held=()):
         if code not in CODES:
             raise ValueError("unknown error code")
         self.code = code
@@ -48,6 +48,10 @@ class AccountsError(Exception):
         # When a cooling account takes its next attempt (an aware datetime), for a refusal a
         # caller may wait out (docs/architecture.md "Retries").
         self.retry_at = retry_at
+        # A budget refusal only ceilings in flight stand in the way of: per account, the room they
+        # hold (``selection.Held``), for a caller that may wait for it (docs/architecture.md
+        # "Waiting for room"). Empty for every other refusal.
+        self.held = tuple(held)
         self.message = message
         super().__init__(f"{code}: {message}")
 

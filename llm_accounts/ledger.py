@@ -427,7 +427,8 @@ class Ledger:
     # -- reserve -------------------------------------------------------------------------------
 
     def reserve(
-        self, scope, attempt_id, quote, accounts, *, pinned=None, client=None, llm_response_id=None, exclude=(), now=None
+        self, scope, attempt_id, quote, accounts, *, pinned=None, client=None, llm_response_id=None, exclude=(), now=None,
+        waiter=None,
     ):
         """Admit one physical attempt, or refuse with an ``AccountsError``.
 
@@ -442,6 +443,12 @@ class Ledger:
         ``now`` is for tests; without it the clock is read inside the transaction, once the write
         lock is held, so instants follow commit order and an admission that waited for the lock
         across a credit-period boundary lands in the new period.
+
+        ``waiter`` is the id of a caller that waits for room (docs/architecture.md "Waiting for
+        room"). Every admission counts the ceilings of live waiters that arrived before it as held
+        on the accounts they may use; a refusal that only ceilings in flight stand in the way of
+        carries them in ``error.held``, and with a ``waiter`` it also queues (or renews) the
+        caller's ``waiter`` row in the same transaction, keeping its place. Admission deletes it.
         """
         check_scope(scope)
         check_id(attempt_id, "attempt_id")
@@ -454,17 +461,21 @@ class Ledger:
         if llm_response_id is not None:
             check_id(llm_response_id, "llm_response_id")
         exclude = frozenset(exclude or ())
+        if waiter is not None:
+            check_id(waiter, "waiter")
         return self._run(
-            "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now
+            "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now,
+            waiter,
         )
 
-    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now):
+    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
         now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
-        duplicate, newest, bound = conn.execute(
+        duplicate, newest, bound, waiting = conn.execute(
             """SELECT (SELECT 1 FROM attempt WHERE id = ?1), (SELECT MAX(month_utc) FROM month WHERE provider = ?2),
-                 (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2)""",
+                 (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2),
+                 (SELECT 1 FROM waiter LIMIT 1)""",
             (attempt_id, provider, scope.kind, scope.id),
         ).fetchone()
         if duplicate:
@@ -479,17 +490,34 @@ class Ledger:
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
         if moving:
             bound = None
-        if bound is not None:
-            verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client)
-        elif pinned is not None:
-            if pinned not in declared:
-                raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
-            verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now, client)
-        else:
-            pool = {name: account for name, account in declared.items() if name not in exclude}
-            verdict = self._select(conn, provider, pool, facts, quote, day, now, client)
-        if verdict.code:
-            raise AccountsError(verdict.code, verdict.message, account=verdict.account.name, retry_at=verdict.retry_at)
+        older, own = _waiters(conn, provider, waiter, now) if waiting else ((), None)
+        try:
+            if bound is not None:
+                verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client, older)
+            elif pinned is not None:
+                if pinned not in declared:
+                    raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
+                verdict = self._verdict(conn, provider, declared[pinned], facts, quote, day, now, client, older)
+            else:
+                pool = {name: account for name, account in declared.items() if name not in exclude}
+                verdict = self._select(conn, provider, pool, facts, quote, day, now, client, older)
+            if verdict.code:
+                raise AccountsError(
+                    verdict.code, verdict.message, account=verdict.account.name, retry_at=verdict.retry_at,
+                    held=[_held(verdict)] if verdict.held else (),
+                )
+        except AccountsError as error:
+            if error.held and waiter is not None:
+                # Queue (or keep) this caller's place, committed with nothing else (docs/architecture.md
+                # "Waiting for room").
+                _queue(conn, provider, waiter, own, bound or pinned, quote, now)
+                return _Deferred(error)
+            if own is not None:  # nothing to wait for any more: its place goes
+                conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
+                return _Deferred(error)
+            raise
+        if own is not None:
+            conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
         self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
         if moving:
             _move_bound(conn, scope, month, verdict)
@@ -508,7 +536,7 @@ class Ledger:
             probe=verdict.probe,
         )
 
-    def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client):
+    def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client, older=()):
         """A bound scope never moves by itself; ``llm accounts rebind`` moves it (docs/architecture.md "Scope")."""
         conversation = scope.id if scope.kind in ("conversation", "prompt") else "CONVERSATION_ID"
         if pinned is not None and pinned != name:
@@ -523,14 +551,15 @@ class Ledger:
                 f"account '{name}', bound to this conversation, is no longer declared; declare it again or run: llm accounts rebind {conversation} NAME",
                 account=name,
             )
-        verdict = self._verdict(conn, scope.provider, declared[name], facts, quote, day, now, client)
+        verdict = self._verdict(conn, scope.provider, declared[name], facts, quote, day, now, client, older)
         if verdict.code and verdict.code != "account_config_conflict":
             verdict.message += "; a conversation never moves by itself (llm accounts rebind moves it)"
         return verdict
 
-    def _verdict(self, conn, provider, account, facts, quote, day, now, client=None):
+    def _verdict(self, conn, provider, account, facts, quote, day, now, client=None, older=()):
         """Read what ``selection.verdict`` needs beyond ``facts`` (today's totals with a daily
-        budget, the client's totals with a cap) and ask it. Admission and ``ladder`` both come here."""
+        budget, the client's totals with a cap, what ``older`` waiters are owed here) and ask it.
+        Admission and ``ladder`` both come here."""
         f = facts.get(account.name) or selection.Facts(name=account.name)
         day_totals = (0, 0)
         if getattr(account, "daily_budget_nusd", None) is not None:
@@ -538,11 +567,24 @@ class Ledger:
         totals = (0, 0, 0, 0)
         if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
             totals = tuple(_client_totals(conn, provider, account.name, clock.credit_month(now), client))
-        return selection.verdict(
-            account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
-            others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
-            ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
-        )
+        budget = f.budget_nusd or account.budget_nusd
+
+        def ask(f, counts=None):
+            return selection.verdict(
+                account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
+                others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
+                ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
+                ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
+                open_counts=counts,
+            )
+
+        verdict = ask(f)
+        if verdict.limit is not None and verdict.limit.open:
+            # A budget refusal names how many attempts hold the open ceilings and which of them are
+            # left open with an unknown outcome (no longer in flight, so not waited for): counted
+            # here, on the refusal's path only, so an admission reads no attempt rows.
+            verdict = ask(f, _open_counts(conn, provider, account.name, clock.credit_month(now), day, client))
+        return verdict
 
     def _day_totals(self, conn, provider, f, day):
         if f.day_utc == day:
@@ -556,9 +598,14 @@ class Ledger:
         ).fetchone()
         return (row[0], row[1]) if row else (0, 0)
 
-    def _select(self, conn, provider, declared, facts, quote, day, now, client=None):
-        """Order the candidates (docs/architecture.md "Selection") and bind the first."""
-        verdicts = [self._verdict(conn, provider, account, facts, quote, day, now, client) for account in declared.values()]
+    def _select(self, conn, provider, declared, facts, quote, day, now, client=None, older=()):
+        """Order the candidates (docs/architecture.md "Selection") and bind the first. With none,
+        the refusal carries the room held in flight on every account that would hold the attempt
+        once its attempts in flight settled: a new conversation waits only when no account has room
+        (docs/architecture.md "Waiting for room")."""
+        verdicts = [
+            self._verdict(conn, provider, account, facts, quote, day, now, client, older) for account in declared.values()
+        ]
         fit = [v for v in verdicts if not v.code]
         if not fit:
             codes = {v.code for v in verdicts}
@@ -566,7 +613,10 @@ class Ledger:
             code = next(
                 (c for c in ("budget_exhausted", "account_config_conflict") if c in codes), "no_account_available"
             )
-            raise AccountsError(code, f"no account can take a new conversation: {reasons}")
+            held = [_held(v) for v in verdicts if v.held]
+            raise AccountsError(
+                "budget_exhausted" if held else code, f"no account can take a new conversation: {reasons}", held=held
+            )
         warm = set()
         cert = getattr(quote, "cert", None)
         if cert is not None and WARM_AFFINITY:
@@ -654,6 +704,11 @@ class Ledger:
             _count_bound(conn, month, provider, name, v.warm)
         # A probe is admitted without a write: the attempt row itself holds the half-open slot
         # (``_probe_sql``).
+
+    def leave(self, waiter):
+        """A waiter that stops waiting gives up its place (docs/architecture.md "Waiting for room")."""
+        check_id(waiter, "waiter")
+        self._run("leave", lambda conn: conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,)))
 
     def _ensure_account(self, conn, provider, account, f, ts):
         settings = (account.key_env, account.rank, account.weight)
@@ -1464,6 +1519,80 @@ def _move_to_settled(conn, row, cost):
         {"ceiling": row["ceiling_nusd"], "cost": cost, "day": row["day_utc"], "provider": row["provider"],
          "account": row["account"], "month": row["month_utc"]},
     )
+
+
+# Waiting for room (docs/architecture.md "Waiting for room")
+
+#: How long a waiter's place lasts without a renewal: a waiter renews it at least every half of
+#: this while it polls, so one killed while waiting stops holding others back within this.
+WAITER_TTL = dt.timedelta(seconds=10)
+
+
+def _waiters(conn, provider, waiter, now):
+    """The live waiters that arrived before ``waiter`` (all live ones for a caller not waiting
+    yet), as ``selection.Waiter`` in arrival order, and ``waiter``'s own row (or None)."""
+    rows = conn.execute(
+        "SELECT id, seq, account, model, ceiling_nusd, expires_at FROM waiter WHERE provider = ? ORDER BY seq",
+        (provider,),
+    ).fetchall()
+    live, own = [], None
+    for row in rows:
+        expires = selection.parse_time(row["expires_at"])
+        if expires is None or expires <= now:
+            continue
+        if row["id"] == waiter:
+            own = row
+            break  # the rest arrived later
+        live.append(selection.Waiter(row["seq"], row["account"], row["model"], row["ceiling_nusd"]))
+    return live, own
+
+
+def _queue(conn, provider, waiter, own, account, quote, now):
+    """Queue ``waiter`` behind every live waiter (expired places are dropped first), or renew its
+    place once half its time is gone; a place kept is never moved back."""
+    expires = now + WAITER_TTL
+    if own is not None:
+        if selection.parse_time(own["expires_at"]) - now >= WAITER_TTL / 2:
+            return
+        conn.execute("UPDATE waiter SET expires_at = ? WHERE id = ?", (clock.isoformat(expires), waiter))
+        return
+    conn.execute("DELETE FROM waiter WHERE expires_at <= ? OR id = ?", (clock.isoformat(now), waiter))
+    conn.execute(
+        """INSERT INTO waiter (id, seq, provider, account, model, ceiling_nusd, created_at, expires_at)
+           VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM waiter), ?, ?, ?, ?, ?, ?)""",
+        (waiter, provider, account, quote.requested_model, quote.ceiling_nusd, clock.isoformat(now),
+         clock.isoformat(expires)),
+    )
+
+
+def _open_counts(conn, provider, name, month, day, client):
+    """``selection.OpenCount`` per limit of account ``name``: its open attempts this period, today,
+    and ``client``'s, with those left open with an unknown outcome (a recorded outcome: no longer
+    in flight) and their ceilings (docs/architecture.md "Waiting for room")."""
+    counts = {"budget": [0, 0, 0], "daily budget": [0, 0, 0], "cap": [0, 0, 0], "token cap": [0, 0, 0]}
+    for row in conn.execute(
+        """SELECT day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
+                  COALESCE(SUM(ceiling_nusd), 0), COALESCE(SUM(ceiling_tokens), 0)
+           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?
+           GROUP BY 1, 2, 3""",
+        (day, client, provider, name, month),
+    ):
+        today, mine, unknown, n, nusd, tokens = row[0], row[1], row[2], row[3], row[4], row[5]
+        for noun, applies, amount in (
+            ("budget", True, nusd), ("daily budget", today, nusd), ("cap", mine, nusd), ("token cap", mine, tokens),
+        ):
+            if applies:
+                counts[noun][0] += n
+                if unknown:
+                    counts[noun][1] += n
+                    counts[noun][2] += amount
+    return {noun: selection.OpenCount(*values) for noun, values in counts.items()}
+
+
+def _held(verdict):
+    lim = verdict.limit
+    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
+    return selection.Held(verdict.account.name, lim.held, in_flight, lim.spent, lim.ahead, lim.queued)
 
 
 def _named_scope(conn, scope):

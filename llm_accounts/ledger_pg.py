@@ -49,6 +49,8 @@ from .errors import AccountsError
 META_TABLE = "ledger_meta"
 TABLE_NAMES = (*schema.TABLE_NAMES, META_TABLE)
 BUSY_SQLSTATES = frozenset(("55P03", "57014", "40P01", "40001"))
+# Versions an open brings up to ``schema.VERSION`` (the PostgreSQL ledger shipped at version 2).
+MIGRATES_FROM = (2,)
 
 
 is_url = is_database_url
@@ -375,8 +377,10 @@ class PostgresBackend:
             if not self._check(raw, creating=True):
                 for statement in create_statements():
                     raw.execute(statement)
+                # A version-2 ledger gains what version 3 adds (``waiter``) and says version 3.
                 raw.execute(
-                    f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO NOTHING", (schema.VERSION,)
+                    f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO UPDATE SET version = excluded.version",
+                    (schema.VERSION,),
                 )
             raw.execute("COMMIT")
         except BaseException:
@@ -394,13 +398,13 @@ class PostgresBackend:
         if META_TABLE in columns:
             rows = raw.execute(f"SELECT version FROM {META_TABLE}").fetchall()
             version = rows[0][0] if len(rows) == 1 else None
-            if version != schema.VERSION:
+            if version != schema.VERSION and version not in MIGRATES_FROM:
                 raise self.unavailable(
                     f"schema version {version} is not one this llm-accounts understands (it reads version {schema.VERSION}); upgrade llm-accounts"
                 )
             if not set(schema.BASE_TABLES) <= set(columns):
                 raise self.unavailable(f"a version-{version} ledger with a base table missing")
-            return set(TABLE_NAMES) <= set(columns) and all(
+            return version == schema.VERSION and set(TABLE_NAMES) <= set(columns) and all(
                 column in columns.get(table, ()) for table, column, _ in schema.COLUMNS
             )
         if set(columns) - set(TABLE_NAMES):
@@ -468,5 +472,5 @@ class PostgresBackend:
 TOTALS_TABLES = ("day", "month_outcome", "month_client")
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
-                *TOTALS_TABLES, "warm_month", "host_health")
+                *TOTALS_TABLES, "warm_month", "host_health", "waiter")
 assert set(EXPORT_ORDER) == set(schema.TABLE_NAMES), "a table added to schema.TABLE_NAMES must be exported"

@@ -17,7 +17,7 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, payload, scrub, transport, wire
+from . import classify, payload, room, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
@@ -114,6 +114,7 @@ class _Shared:
                 pinned=prompt.options.account,
                 client=prompt.options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None,
                 retries=DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries,
+                wait=room.bound(prompt.options.wait, os.environ),
                 # The llm logs row this prompt becomes, so a ledger attempt joins it.
                 llm_response_id=getattr(response, "id", None),
             ),

@@ -21,7 +21,10 @@ def settles_automatically(account):
 def held_open(attempt_id, account_name, ceiling_nusd, outcome, *, automatic=False):
     """The line for ``attempt_id`` left open with ``outcome`` on account ``account_name``."""
     if automatic:
-        how = "it will be settled automatically from the provider's usage report"
+        how = (
+            "the provider's usage report settles it automatically once final (about ten minutes) where "
+            f"it leaves no doubt; else 'llm accounts reconcile {attempt_id} --cost USD --source REF'"
+        )
     else:
         how = (
             f"settle it with 'llm accounts reconcile {attempt_id} --cost USD --source REF' "

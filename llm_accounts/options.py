@@ -17,7 +17,7 @@ import pydantic
 from llm.parts import TextPart
 from pydantic import Field, field_validator
 
-from . import payload
+from . import payload, room
 from .errors import AccountsError
 from .retries import MAX_RETRIES
 from .records import CLIENT_RE
@@ -95,6 +95,11 @@ class RoutedOptions(llm.Options):
         "waiting at most 60 s in all (default 2; 0 turns retries and cooldown waits off)",
         default=None,
     )
+    wait: Optional[float] = Field(
+        description="Seconds to wait for room when only attempts in flight hold the budget "
+        f"(default: $LLM_ACCOUNTS_WAIT, else {room.DEFAULT_WAIT_S:g}; 0 refuses at once)",
+        default=None,
+    )
     account: Optional[str] = Field(
         description="Pin a new conversation to this account (a bound conversation keeps its own)",
         default=None,
@@ -136,6 +141,13 @@ class RoutedOptions(llm.Options):
     def validate_retries(cls, value):
         if value is not None and not 0 <= value <= MAX_RETRIES:
             raise ValueError(f"must be an integer from 0 to {MAX_RETRIES}")
+        return value
+
+    @field_validator("wait")
+    @classmethod
+    def validate_wait(cls, value):
+        if value is not None and not 0 <= value <= room.MAX_WAIT_S:
+            raise ValueError(f"must be a number of seconds from 0 to {room.MAX_WAIT_S:g}")
         return value
 
     @field_validator("thinking_budget")
@@ -234,6 +246,7 @@ LLM_ANTHROPIC = {
     "thinking_effort": "`thinking_effort`",
     "fast": "`fast` (sent there; refused here as unpriced)",
     "retries": "none (its SDK retries twice)",
+    "wait": "none (routing)",
     "account": "none (routing)",
     "client": "none (routing)",
 }

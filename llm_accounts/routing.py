@@ -10,13 +10,16 @@ both loops make the same ones:
 - a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
   the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
 - a 500, 502, 503 or 504 is unknown (its attempt stays open) but retried on the same account, as
-  the SDK does, never moved (docs/architecture.md "Retries").
+  the SDK does, never moved (docs/architecture.md "Retries");
+- a refusal that only ceilings in flight caused waits for room, up to the prompt's bound, then
+  says the money is held, not spent (docs/architecture.md "Waiting for room").
 """
 
 import dataclasses
+import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, provider_pass, selection, transport
+from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -51,7 +54,7 @@ class Attempt:
 class RoutedCall:
     def __init__(
         self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES,
-        llm_response_id=None,
+        llm_response_id=None, wait=room.DEFAULT_WAIT_S, notice=None,
     ):
         self.declaration = declaration
         self.ledger = ledger
@@ -82,6 +85,10 @@ class RoutedCall:
         self.pending_wait = None  # seconds the caller waits before calling begin() again
         self.last_retriable = None  # (account, retry-after) of the last refusal worth retrying
         self.retried_error = None  # the 5xx a retry is going back for, raised if it is not admitted
+        # Waiting for room: the prompt's place among waiters (docs/architecture.md "Waiting for room").
+        self.room = room.Wait(wait)
+        self.waiter = str(uuid.uuid4()) if wait > 0 else None
+        self.notice = notice or _to_stderr
 
     # Reservation -------------------------------------------------------------------------------
 
@@ -108,12 +115,16 @@ class RoutedCall:
                 client=self.client,
                 llm_response_id=self.llm_response_id,
                 exclude=tuple(name for name in self.tried if name != self.retrying),
+                waiter=self.waiter,
             )
         except AccountsError as error:
             refusal = error
         if refusal is not None:
             if self._wait_out(refusal):
                 return None
+            if refusal.held:
+                refusal = self._held(refusal)
+                raise self._retry_refused(refusal) or refusal
             raise self._retry_refused(refusal) or self._last_failure(refusal) or self._explained(refusal)
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
@@ -145,11 +156,40 @@ class RoutedCall:
         if refusal.retry_at is not None:
             self.pending_wait = self.retries.cooldown(refusal.retry_at, clock.now())
             return self.pending_wait is not None
+        if refusal.held:
+            return self._wait_for_room(refusal)
         if self.last_retriable is not None and refusal.code in ("no_account_available", "budget_exhausted"):
             # A new conversation moved on as far as it could: retry where it last failed.
             account, retry_after = self.last_retriable
             return self._retry(account, retry_after)
         return False
+
+    def _wait_for_room(self, refusal):
+        """Only ceilings in flight stand in the way: wait and reserve again, up to the bound. The
+        caller sleeps between reservations, holding no lock, transaction or connection."""
+        if self.waiter is None:
+            return False
+        now = time.monotonic()
+        self.pending_wait = self.room.next_delay(now)
+        if self.pending_wait is None:
+            try:
+                self.ledger.leave(self.waiter)
+            except AccountsError:
+                pass  # its place expires by itself (ledger.WAITER_TTL)
+            return False
+        if self.room.notice_due(now):
+            self.notice(
+                f"waiting for {selection.held_summary(refusal.held)} "
+                f"(up to {self.room.bound_s:g} s; -o wait SECONDS or LLM_ACCOUNTS_WAIT sets it)"
+            )
+        return True
+
+    def _held(self, refusal):
+        """Past the wait bound: the money is held by attempts in flight, not spent."""
+        message = selection.held_refusal(refusal.held, self.room.waited(time.monotonic()), self.room.bound_s)
+        if "never moves by itself" in refusal.message:
+            message += "; a conversation never moves by itself (llm accounts rebind moves it)"
+        return self._noted(AccountsError("budget_exhausted", message, account=refusal.account, held=refusal.held))
 
     def _retry(self, account, retry_after_s):
         self.pending_wait = self.retries.backoff(retry_after_s)
@@ -445,6 +485,10 @@ def scope_for(conversation, prompt_id=None):
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
     return Scope("prompt", str(prompt_id or uuid.uuid4()))
+
+
+def _to_stderr(line):
+    notices.say(f"llm-accounts: {line}")
 
 
 def _holds_nothing(text):

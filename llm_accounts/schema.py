@@ -1,4 +1,4 @@
-"""The ledger's tables, schema version 2.
+"""The ledger's tables, schema version 3.
 
 Money columns are integer nanodollars. Times are ``isoformat()`` of aware UTC datetimes, so they
 sort in time order as text. No prompt, body, header, key, key length or key fingerprint is stored.
@@ -10,15 +10,16 @@ A version-1 or version-2 file must already hold ``BASE_TABLES``; ``llm_accounts.
 the opening, under the write lock, and refuses anything else.
 
 Versions: 1 is the first shipped schema; 2 adds ``model_health`` (a model that answered 404 cools
-on its account, not the whole account). Opening a version-1 file creates what version 2 adds and
-sets the version, keeping every row; nothing is ever reset.
+on its account, not the whole account); 3 adds ``waiter`` (prompts waiting for room, in arrival
+order: docs/architecture.md "Waiting for room"). Opening an older file creates what the newer
+versions add and sets the version, keeping every row; nothing is ever reset.
 """
 
 import sqlite3
 
-VERSION = 2
+VERSION = 3
 # Versions an open accepts and brings up to ``VERSION`` (0: a file this build is creating).
-MIGRATES_FROM = (0, 1)
+MIGRATES_FROM = (0, 1, 2)
 
 TABLES = """
 CREATE TABLE IF NOT EXISTS account (
@@ -311,6 +312,21 @@ CREATE TABLE IF NOT EXISTS warm_month (
     cache_saved_nusd  INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (month_utc, provider, account)
 ) WITHOUT ROWID;
+
+-- Version 3: prompts waiting for room that ceilings in flight hold (docs/architecture.md "Waiting
+-- for room"), in arrival order (seq, given under the write lock). A waiter renews expires_at while
+-- it polls, so one killed while waiting stops counting once it expires; admission deletes its row.
+-- No prompt, key or scope is kept: an id, the account it waits for (NULL: any), its model and ceiling.
+CREATE TABLE IF NOT EXISTS waiter (
+    id            TEXT PRIMARY KEY,
+    seq           INTEGER NOT NULL UNIQUE,
+    provider      TEXT NOT NULL,
+    account       TEXT,
+    model         TEXT NOT NULL,
+    ceiling_nusd  INTEGER NOT NULL CHECK (ceiling_nusd >= 0),
+    created_at    TEXT NOT NULL,
+    expires_at    TEXT NOT NULL
+);
 """
 
 # Columns added to shipped tables after they first shipped: (table, column, declaration).
@@ -408,7 +424,8 @@ FROM attempt WHERE client IS NOT NULL GROUP BY month_utc, provider, account, cli
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
                "warm_month",  # warm_month: issue 13, gained on open
-               "host_health")  # per-host transport health (issue 25), gained on open
+               "host_health",  # per-host transport health (issue 25), gained on open
+               "waiter")  # version 3
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.
 BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")

@@ -133,14 +133,91 @@ def out_of_credit(name, until=None):
     )
 
 
-def over_limit(who, spent_nusd, open_nusd, limit, noun, ceiling_nusd, now):
-    """The one-line budget_exhausted message: spend, the limit, what this attempt needs, the reset."""
-    month = clock.credit_month(now)
-    resets = clock.credit_period(month)[1]
-    return (
-        f"{who} has {money(spent_nusd)} spent and {money(open_nusd)} in open ceilings of its {limit} "
-        f"for credit period {month}; this attempt needs up to {money(ceiling_nusd)}; the {noun} resets {when(resets)}"
-    )
+FREE_HELD = "llm accounts attempts --open lists them, and llm accounts reconcile ATTEMPT settles one an interrupted prompt left open"
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenCount:
+    """The open attempts behind a limit's open ceilings: how many, and how many of them (holding
+    ``unknown``) are left open with an unknown outcome, no longer in flight."""
+
+    attempts: int = 0
+    unknown_attempts: int = 0
+    unknown: int = 0
+
+
+NONE_OPEN = OpenCount()
+
+
+@dataclasses.dataclass(frozen=True)
+class Limit:
+    """One limit an attempt must fit: ``spent + open + ahead + ceiling <= limit`` (docs/architecture.md
+    "Waiting for room"). ``open`` is every open ceiling (``counted`` says by how many attempts and
+    how much of it is left open with an unknown outcome); ``ahead`` what earlier prompts waiting
+    for this room are owed (``queued`` of them). Dollar limits count nanodollars, a token cap
+    tokens (``tokens=True``)."""
+
+    noun: str  # "budget", "daily budget", "cap", "token cap"
+    spent: int
+    open: int
+    limit: int
+    ceiling: int
+    counted: OpenCount = NONE_OPEN
+    ahead: int = 0
+    queued: int = 0
+    tokens: bool = False
+
+    @property
+    def held(self):
+        """Ceilings of attempts still in flight: what settling by itself frees."""
+        return self.open - self.counted.unknown
+
+    def fits(self):
+        return fits(self.spent, self.open + self.ahead, self.ceiling, self.limit)
+
+    def fits_spent(self):
+        """Whether the attempt would fit once every attempt in flight settled at zero: if so, only
+        ceilings in flight (and prompts waiting before it) stand in the way, and it may wait for
+        room. A ceiling left open with an unknown outcome counts as spent here: only evidence
+        frees it (docs/architecture.md "Attempt outcomes")."""
+        return self.spent + self.counted.unknown + self.ceiling <= self.limit
+
+    def amount(self, n):
+        return f"{n:,} tokens" if self.tokens else money(n)
+
+
+def _attempts(n):
+    return f"{n} attempt{'' if n == 1 else 's'}"
+
+
+def budget_refusal(lim, who, period, resets):
+    """A budget_exhausted line naming, each on its own, what is spent, what is held in flight (and
+    by how many attempts), and what the reset changes: it frees spent budget, never a held ceiling
+    (docs/errors.md "budget_exhausted"). "Reached" is said only of a limit its spend has reached."""
+    limit = f"{lim.limit:,}-token cap" if lim.tokens else f"{money(lim.limit)} {lim.noun}"
+    if lim.spent >= lim.limit:
+        head = f"{who} has reached its {limit} {period}"
+    else:
+        head = f"{who} cannot take this attempt (up to {lim.amount(lim.ceiling)}) within its {limit} {period}"
+    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
+    parts = [f"{lim.amount(lim.spent)} {'used' if lim.tokens else 'spent'}",
+             f"{lim.amount(lim.held)} held by {_attempts(in_flight)} in flight"]
+    if lim.counted.unknown_attempts:
+        parts.append(
+            f"{lim.amount(lim.counted.unknown)} held by {_attempts(lim.counted.unknown_attempts)} left open with an unknown outcome"
+        )
+    if lim.queued:
+        parts.append(f"{lim.amount(lim.ahead)} kept for {lim.queued} earlier prompt{'' if lim.queued == 1 else 's'} waiting for room")
+    if lim.fits_spent():
+        tail = (
+            f"the reset at {when(resets)} does not free held ceilings: each frees when its attempt settles "
+            f"(-o wait SECONDS waits for that); {FREE_HELD}"
+        )
+    else:
+        tail = f"the reset at {when(resets)} frees the spent budget; held ceilings free only when their attempts settle"
+        if lim.open:
+            tail += f" ({FREE_HELD})"
+    return f"{head}: {', '.join(parts)}; {tail}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +276,11 @@ class Verdict:
     # A new conversation's selection: whether it bound where its one-hour prefix was warm (None:
     # no certificate, or not chosen by selection) (docs/architecture.md "Warm prefixes").
     warm: bool | None = None
+    # A budget refusal's limit, and whether only ceilings in flight (and earlier waiting prompts)
+    # stand in the way: settled spend plus this ceiling fits every limit, so the prompt may wait
+    # for room (docs/architecture.md "Waiting for room").
+    limit: Limit | None = None
+    held: bool = False
 
     def refuse(self, code, message, reason):
         self.code, self.message, self.reason = code, message, reason
@@ -271,17 +353,6 @@ def _no_room(what, spent, open_, ceiling, limit):
     return f"{what} cannot hold this model's ceiling (needs up to {money(ceiling)}, {money(limit - spent - open_)} left)"
 
 
-def over_token_cap(client, account_name, used, open_, cap, ceiling_tokens, now):
-    """The one-line budget_exhausted message of a client's token cap, in the dollar cap's words."""
-    month = clock.credit_month(now)
-    resets = clock.credit_period(month)[1]
-    return (
-        f"client '{client}' has {used:,} tokens used and {open_:,} in open token ceilings of its {cap:,}-token cap "
-        f"on account '{account_name}' for credit period {month}; this attempt needs up to {ceiling_tokens:,} tokens; "
-        f"the cap resets {when(resets)}"
-    )
-
-
 def _no_token_room(client, used, open_, ceiling_tokens, cap):
     if cap - used - open_ <= 0:
         return f"client {client}'s token cap reached"
@@ -293,7 +364,7 @@ def _no_token_room(client, used, open_, ceiling_tokens, cap):
 
 def verdict(
     account, facts, ceiling_nusd, model, now, *, client=None, others=(), day_totals=(0, 0), client_totals=(0, 0),
-    ceiling_tokens=None, client_token_totals=(0, 0),
+    ceiling_tokens=None, client_token_totals=(0, 0), ahead=(0, 0), open_counts=None,
 ):
     """May ``account`` take an attempt of ``model`` with this ceiling now? Checks, in order: the
     model, the client list, a block, the period's fixed budget and key, health (account, then this
@@ -302,7 +373,15 @@ def verdict(
     ``day_totals`` are today's ``(settled, open)`` on the account (needed with a daily budget),
     ``client_totals`` the client's ``(settled, open)`` on it this period (needed with a cap), and
     ``client_token_totals`` its ``(settled tokens, open token ceilings)`` (needed with a token cap,
-    checked against ``ceiling_tokens``, the attempt's worst case in billed tokens)."""
+    checked against ``ceiling_tokens``, the attempt's worst case in billed tokens). ``ahead`` is
+    what earlier waiting prompts are owed on the account (``ahead()``). ``open_counts`` maps a
+    limit's noun ("budget", "daily budget", "cap", "token cap") to ``OpenCount``: how many
+    attempts hold its open ceilings, and how much of them is left open with an unknown outcome
+    (the ledger reads it only for a budget refusal).
+
+    A budget refusal sets ``limit`` (the first limit that cannot hold the attempt) and ``held``:
+    whether the attempt would fit every limit once the attempts in flight settled, so it may wait
+    for room instead of failing (docs/architecture.md "Waiting for room")."""
     f = facts
     v = Verdict(account=account, facts=f, budget_nusd=f.budget_nusd or account.budget_nusd)
     name = account.name
@@ -365,46 +444,134 @@ def verdict(
             f"model {model} unavailable here until {until:%H:%M} UTC",
         )
     v.probe = gate == "probe"
-    if not fits(f.spent_nusd, f.open_nusd, ceiling_nusd, v.budget_nusd):
-        return v.refuse(
-            "budget_exhausted",
-            over_limit(f"account '{name}'", f.spent_nusd, f.open_nusd, f"{money(v.budget_nusd)} budget", "budget", ceiling_nusd, now),
-            _no_room("budget", f.spent_nusd, f.open_nusd, ceiling_nusd, v.budget_nusd),
-        )
-    daily = getattr(account, "daily_budget_nusd", None)
-    if daily is not None:
-        day_settled, day_open = day_totals
-        if not fits(day_settled, day_open, ceiling_nusd, daily):
-            return v.refuse(
-                "budget_exhausted",
-                f"account '{name}' daily budget reached: {money(day_settled)} spent and {money(day_open)} in open ceilings "
-                f"of {money(daily)} today ({clock.utc_day(now)} UTC); this attempt needs up to {money(ceiling_nusd)}; "
-                f"it resets {when(clock.next_day_start(now))}",
-                _no_room("daily budget", day_settled, day_open, ceiling_nusd, daily),
-            )
-    cap = client_cap(account, client)
-    if cap is not None:
-        settled, open_ = client_totals
-        if not fits(settled, open_, ceiling_nusd, cap):
-            return v.refuse(
-                "budget_exhausted",
-                over_limit(f"client '{client}'", settled, open_, f"{money(cap)} cap on account '{name}'", "cap", ceiling_nusd, now),
-                _no_room(f"client {client}'s cap", settled, open_, ceiling_nusd, cap),
-            )
+    counts = open_counts or {}
+    limits = _limits(account, f, v.budget_nusd, ceiling_nusd, client, day_totals, client_totals, ahead, counts)
     token_cap = client_token_cap(account, client)
     if token_cap is not None:
         if ceiling_tokens is None:
-            # Unknown is never zero: without a worst case in tokens the cap cannot admit.
-            return v.refuse(
-                "unsupported_pricing",
-                f"client '{client}' has a token cap on account '{name}', and this attempt's quote carries no token ceiling; nothing was sent",
-                f"client {client}'s token cap needs a token ceiling",
-            )
-        used, open_ = client_token_totals
-        if not fits(used, open_, ceiling_tokens, token_cap):
-            return v.refuse(
-                "budget_exhausted",
-                over_token_cap(client, name, used, open_, token_cap, ceiling_tokens, now),
-                _no_token_room(client, used, open_, ceiling_tokens, token_cap),
-            )
+            if all(lim.fits() for lim in limits):
+                # Unknown is never zero: without a worst case in tokens the cap cannot admit.
+                return v.refuse(
+                    "unsupported_pricing",
+                    f"client '{client}' has a token cap on account '{name}', and this attempt's quote carries no token ceiling; nothing was sent",
+                    f"client {client}'s token cap needs a token ceiling",
+                )
+        else:
+            used, open_ = client_token_totals
+            limits.append(Limit("token cap", used, open_, token_cap, ceiling_tokens, counts.get("token cap", NONE_OPEN), tokens=True))
+    for lim in limits:
+        if not lim.fits():
+            v.limit = lim
+            v.held = all(other.fits_spent() for other in limits)
+            who, period, resets = _words(lim, name, client, now)
+            return v.refuse("budget_exhausted", budget_refusal(lim, who, period, resets), _reason(lim, client))
     return v
+
+
+def _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, counts):
+    """The dollar limits of one attempt, in the order they are checked: the monthly budget, the
+    daily budget, the client's cap. Earlier waiting prompts (``ahead``: nanodollars, how many)
+    count against the account's budgets, never a client's cap (docs/architecture.md "Waiting for
+    room")."""
+    ahead_nusd, queued = ahead
+    limits = [Limit("budget", f.spent_nusd, f.open_nusd, budget, ceiling, counts.get("budget", NONE_OPEN), ahead_nusd, queued)]
+    daily = getattr(account, "daily_budget_nusd", None)
+    if daily is not None:
+        day_settled, day_open = day_totals
+        limits.append(
+            Limit("daily budget", day_settled, day_open, daily, ceiling, counts.get("daily budget", NONE_OPEN), ahead_nusd, queued)
+        )
+    cap = client_cap(account, client)
+    if cap is not None:
+        settled, open_ = client_totals
+        limits.append(Limit("cap", settled, open_, cap, ceiling, counts.get("cap", NONE_OPEN)))
+    return limits
+
+
+def _words(lim, name, client, now):
+    """Whose limit it is, the period it covers and when that resets, for a refusal's message."""
+    month = clock.credit_month(now)
+    period_end = clock.credit_period(month)[1]
+    if lim.noun == "budget":
+        return f"account '{name}'", f"for credit period {month}", period_end
+    if lim.noun == "daily budget":
+        return f"account '{name}'", f"for {clock.utc_day(now)} UTC", clock.next_day_start(now)
+    return f"client '{client}'", f"on account '{name}' for credit period {month}", period_end
+
+
+def _reason(lim, client):
+    """The short form ``llm accounts ladder`` shows."""
+    if lim.tokens:
+        return _no_token_room(client, lim.spent, lim.open, lim.ceiling, lim.limit)
+    what = {"cap": f"client {client}'s cap"}.get(lim.noun, lim.noun)
+    return _no_room(what, lim.spent, lim.open + lim.ahead, lim.ceiling, lim.limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Waiting for room (docs/architecture.md "Waiting for room")
+
+
+@dataclasses.dataclass(frozen=True)
+class Waiter:
+    """A prompt waiting for room: in arrival order (``seq``), for one account or any (``None``)."""
+
+    seq: int
+    account: str | None
+    model: str
+    ceiling_nusd: int
+
+
+def ahead(waiters, account, f, budget, day_totals=(0, 0)):
+    """``(nanodollars, how many)`` that earlier waiting prompts are owed on ``account``: every
+    waiter that may use it (its own account, or any; a model it serves) and that its settled
+    spend leaves room for. Admission counts them as held, so room that frees goes to the oldest
+    waiter it fits, and a later prompt, waiting or new, never takes it first: no waiter starves
+    behind later ones. A waiter the account could not hold even with nothing in flight is not
+    waiting for it and is not counted."""
+    daily = getattr(account, "daily_budget_nusd", None)
+    total = count = 0
+    for w in waiters:
+        if w.account not in (None, account.name) or not serves(account, w.model):
+            continue
+        if f.spent_nusd + w.ceiling_nusd > budget or daily is not None and day_totals[0] + w.ceiling_nusd > daily:
+            continue
+        total, count = total + w.ceiling_nusd, count + 1
+    return total, count
+
+
+@dataclasses.dataclass(frozen=True)
+class Held:
+    """Room held on one account by attempts in flight (a refusal's ``held``)."""
+
+    account: str
+    held_nusd: int
+    attempts: int
+    spent_nusd: int
+    ahead_nusd: int = 0  # owed to earlier waiting prompts
+    queued: int = 0
+
+
+def held_summary(held):
+    """"$15.84 held by 2 attempts in flight on alpha and $7.92 by 1 on beta" (then what earlier
+    waiting prompts are owed, if any)."""
+    parts = [f"{money(h.held_nusd)} held by {_attempts(h.attempts)} in flight on {h.account}" for h in held[:1]]
+    parts += [f"{money(h.held_nusd)} by {h.attempts} on {h.account}" for h in held[1:]]
+    text = " and ".join(parts) if len(parts) < 3 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    queued = max((h.queued for h in held), default=0)  # a prompt waiting for any account counts on each
+    if queued:
+        text += f", behind {queued} earlier waiting prompt{'' if queued == 1 else 's'}"
+    return text
+
+
+def held_refusal(held, waited_s, bound_s):
+    """The budget_exhausted line of a prompt refused only by ceilings in flight, once its wait
+    (up to ``bound_s``, ``-o wait``) is over: the money is held, not spent, and how to free it."""
+    spent = sum(h.spent_nusd for h in held)
+    waited = (
+        f"after waiting {waited_s:.0f} s (-o wait SECONDS or LLM_ACCOUNTS_WAIT waits longer)" if bound_s > 0
+        else "without waiting (-o wait 0 or LLM_ACCOUNTS_WAIT=0)"
+    )
+    return (
+        f"no room for this attempt {waited}: {held_summary(held)}, not spent "
+        f"({money(spent)} spent); each ceiling frees when its attempt settles; {FREE_HELD}"
+    )

@@ -82,8 +82,9 @@ def test_one_nanodollar_over_a_clients_cap_is_refused_with_client_spend_cap_and_
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(500_001), [work], client="ci", now=T0))
     assert error.code == "budget_exhausted"
     assert (
-        "client 'ci' has $0.0003 spent and $0.0002 in open ceilings of its $0.001 cap on account 'work' "
-        "for credit period 2026-11; this attempt needs up to $0.000500001; the cap resets 2026-11-30 00:00 UTC"
+        "client 'ci' cannot take this attempt (up to $0.000500001) within its $0.001 cap on account 'work' "
+        "for credit period 2026-11: $0.0003 spent, $0.0002 held by 1 attempt in flight; "
+        "the reset at 2026-11-30 00:00 UTC does not free held ceilings"
     ) in str(error)
     assert attempt_count(ledger) == 2
 
@@ -94,8 +95,8 @@ def test_the_refusal_shows_the_clients_settled_and_open_amounts(ledger):
     ledger.settle("a1", complete(NANO + NANO // 4), now=T0)
     ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], client="ci", now=T0)
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(2 * NANO), [work], client="ci", now=T0))
-    assert "client 'ci' has $1.25 spent and $0.50 in open ceilings of its $3.00 cap on account 'work'" in str(error)
-    assert "this attempt needs up to $2.00" in str(error)
+    assert "client 'ci' cannot take this attempt (up to $2.00) within its $3.00 cap on account 'work'" in str(error)
+    assert "$1.25 spent, $0.50 held by 1 attempt in flight" in str(error)
 
 
 def test_a_client_without_a_cap_is_not_limited_by_other_clients_caps(ledger):
@@ -149,8 +150,9 @@ def test_a_bound_conversation_over_its_clients_cap_is_refused_not_moved(ledger):
     assert error.code == "budget_exhausted"
     assert error.account == "work"
     message = str(error)
-    assert "client 'ci' has $0.00 spent and $0.001 in open ceilings of its $0.001 cap on account 'work'" in message
-    assert "the cap resets 2026-11-30 00:00 UTC" in message
+    assert "client 'ci' cannot take this attempt (up to $0.000000001) within its $0.001 cap on account 'work'" in message
+    assert "$0.00 spent, $0.001 held by 1 attempt in flight" in message
+    assert "the reset at 2026-11-30 00:00 UTC does not free held ceilings" in message
     assert "a conversation never moves by itself" in message
     assert attempt_count(ledger) == 1
 

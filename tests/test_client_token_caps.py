@@ -94,9 +94,11 @@ def test_one_token_over_a_clients_token_cap_is_refused_naming_use_open_cap_and_r
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(500_001), [work], client="ci", now=T0))
     assert error.code == "budget_exhausted"
     assert str(error) == (
-        "budget_exhausted: no account can take a new conversation: client 'ci' has 300,000 tokens used and "
-        "200,000 in open token ceilings of its 1,000,000-token cap on account 'work' for credit period 2026-11; "
-        "this attempt needs up to 500,001 tokens; the cap resets 2026-11-30 00:00 UTC"
+        "budget_exhausted: no account can take a new conversation: client 'ci' cannot take this attempt (up to "
+        "500,001 tokens) within its 1,000,000-token cap on account 'work' for credit period 2026-11: 300,000 tokens "
+        "used, 200,000 tokens held by 1 attempt in flight; the reset at 2026-11-30 00:00 UTC does not free held "
+        "ceilings: each frees when its attempt settles (-o wait SECONDS waits for that); llm accounts attempts --open "
+        "lists them, and llm accounts reconcile ATTEMPT settles one an interrupted prompt left open"
     )
 
 
@@ -114,7 +116,7 @@ def test_an_unknown_outcome_keeps_its_token_ceiling(ledger):
     ledger.reserve(conv("c1"), "a1", quote(600_000), [work], client="ci", now=T0)
     assert ledger.settle("a1", Unknown("stream_truncated"), now=T0) == "still_open"
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(400_001), [work], client="ci", now=T0))
-    assert "0 tokens used and 600,000 in open token ceilings" in str(error)
+    assert "0 tokens used, 0 tokens held by 0 attempts in flight, 600,000 tokens held by 1 attempt left open with an unknown outcome" in str(error)
 
 
 def test_a_refused_or_unsent_attempt_bills_no_tokens(ledger):
@@ -140,7 +142,7 @@ def test_dollar_and_token_caps_on_one_client_are_both_checked(ledger):
     error = refusal(lambda: ledger.reserve(conv("c1"), "a1", quote(1, ceiling=11), [work], client="ci", now=T0))
     assert "$0.000000011" in str(error) and "its $0.00000001 cap on account 'work'" in str(error)
     error = refusal(lambda: ledger.reserve(conv("c1"), "a1", quote(TOKEN_CAP + 1, ceiling=10), [work], client="ci", now=T0))
-    assert "of its 1,000,000-token cap on account 'work'" in str(error)
+    assert "within its 1,000,000-token cap on account 'work'" in str(error)
 
 
 def test_a_token_cap_limits_only_its_client_on_its_account(ledger):
@@ -190,9 +192,10 @@ def test_a_bound_conversation_over_its_token_cap_is_refused_with_the_exact_messa
     error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(700_001), [work, home], client="ci", now=T0))
     assert (error.code, error.account) == ("budget_exhausted", "work")
     assert str(error) == (
-        "budget_exhausted: client 'ci' has 300,000 tokens used and 0 in open token ceilings of its 1,000,000-token "
-        "cap on account 'work' for credit period 2026-11; this attempt needs up to 700,001 tokens; the cap resets "
-        "2026-11-30 00:00 UTC; a conversation never moves by itself (llm accounts rebind moves it)"
+        "budget_exhausted: client 'ci' cannot take this attempt (up to 700,001 tokens) within its 1,000,000-token "
+        "cap on account 'work' for credit period 2026-11: 300,000 tokens used, 0 tokens held by 0 attempts in flight; "
+        "the reset at 2026-11-30 00:00 UTC frees the spent budget; held ceilings free only when their attempts settle; "
+        "a conversation never moves by itself (llm accounts rebind moves it)"
     )
 
 
@@ -453,11 +456,11 @@ def test_llm_c_over_the_token_cap_is_refused_with_the_exact_message(accounts, le
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert line == (
-        f"Error: budget_exhausted: client 'ci-bot' has {first['tokens']:,} tokens used and 0 in open token ceilings "
-        f"of its {PROMPT_CEILING:,}-token cap on account 'alpha' for credit period {first['month_utc']}; this attempt "
-        f"needs up to {PROMPT_CEILING:,} tokens; the cap resets "
-        f"{clock.credit_period(first['month_utc'])[1]:%Y-%m-%d %H:%M} UTC; "
-        "a conversation never moves by itself (llm accounts rebind moves it)"
+        f"Error: budget_exhausted: client 'ci-bot' cannot take this attempt (up to {PROMPT_CEILING:,} tokens) "
+        f"within its {PROMPT_CEILING:,}-token cap on account 'alpha' for credit period {first['month_utc']}: "
+        f"{first['tokens']:,} tokens used, 0 tokens held by 0 attempts in flight; the reset at "
+        f"{clock.credit_period(first['month_utc'])[1]:%Y-%m-%d %H:%M} UTC frees the spent budget; held ceilings free "
+        "only when their attempts settle; a conversation never moves by itself (llm accounts rebind moves it)"
     )
     assert len(accounts.requests) == 1
 

@@ -191,7 +191,7 @@ def test_budget_exhausted_names_the_account_spend_budget_and_reset(ledger, work)
         ledger.reserve(conv("c1"), "a3", quote(NANO // 2), [work], now=T0)
     message = caught.value.message
     assert caught.value.code == "budget_exhausted"
-    for part in ("'work'", "$0.25 spent", "$0.50 in open ceilings", "$1.00 budget", "2026-11-30 00:00 UTC"):
+    for part in ("'work'", "$0.25 spent", "$0.50 held by 1 attempt in flight", "$1.00 budget", "2026-11-30 00:00 UTC"):
         assert part in message
 
 

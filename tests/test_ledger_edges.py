@@ -307,7 +307,7 @@ def test_unblock_help_says_it_clears_cooldowns_with_an_example():
     assert "Example:" in result.output
 
 
-def test_a_version_1_ledger_gains_model_health_as_version_2_and_keeps_its_rows(tmp_path, work):
+def test_a_version_1_ledger_gains_model_health_and_waiter_as_version_3_and_keeps_its_rows(tmp_path, work):
     path = tmp_path / "ledger.db"
     conn = sqlite3.connect(path)
     for statement in schema.statements():
@@ -321,7 +321,7 @@ def test_a_version_1_ledger_gains_model_health_as_version_2_and_keeps_its_rows(t
     conn.commit()
     conn.close()
     with Ledger(path) as ledger:
-        assert ledger._conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert ledger._conn.execute("PRAGMA user_version").fetchone()[0] == 3
         assert [tuple(r) for r in ledger._conn.execute("SELECT name FROM account")] == [("work",)]
         assert "model_health" in {r[0] for r in ledger._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
 

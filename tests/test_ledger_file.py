@@ -58,10 +58,10 @@ def test_the_default_ledger_is_the_configured_path(ledger_path):
     assert ledger_path.exists()
 
 
-def test_a_new_ledger_has_schema_version_2_and_every_table(tmp_path):
+def test_a_new_ledger_has_schema_version_3_and_every_table(tmp_path):
     Ledger(tmp_path / "ledger.db").close()
     conn = sqlite3.connect(tmp_path / "ledger.db")
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 3
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert set(schema.TABLE_NAMES) <= tables
 

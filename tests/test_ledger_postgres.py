@@ -152,7 +152,7 @@ def test_the_password_may_come_from_pgpassword(pg_server, monkeypatch):
 def test_a_new_ledger_records_its_schema_version_and_bigint_money(pg_url):
     Ledger(pg_url).close()
     with raw(pg_url) as conn:
-        assert conn.execute("SELECT version FROM ledger_meta").fetchall() == [(2,)]
+        assert conn.execute("SELECT version FROM ledger_meta").fetchall() == [(3,)]
         types = dict(conn.execute(
             """SELECT column_name, data_type FROM information_schema.columns
                WHERE table_schema = current_schema() AND table_name = 'attempt'"""
@@ -176,6 +176,22 @@ def test_the_same_tables_and_columns_as_the_sqlite_ledger(pg_url, tmp_path):
     assert found.pop("ledger_meta")
     assert found.pop("attempt") - expected.pop("attempt") == {"seq"}  # admission order, SQLite's rowid
     assert found == expected
+
+
+def test_a_version_2_ledger_gains_the_waiter_table_as_version_3_and_keeps_its_rows(
+    pg_url, work=Account("work", "WORK_KEY", NANO)
+):
+    with Ledger(pg_url) as ledger:
+        ledger.reserve(conv("c1"), "a1", quote(100), [work], now=T0)
+    with raw(pg_url) as conn:
+        conn.execute("DROP TABLE waiter")
+        conn.execute("UPDATE ledger_meta SET version = 2")
+    with Ledger(pg_url) as ledger:
+        ledger.reserve(conv("c2"), "a2", quote(100), [work], now=T0)
+    with raw(pg_url) as conn:
+        assert conn.execute("SELECT version FROM ledger_meta").fetchone() == (3,)
+        assert conn.execute("SELECT id FROM attempt ORDER BY seq").fetchall() == [("a1",), ("a2",)]
+        assert conn.execute("SELECT COUNT(*) FROM waiter").fetchone() == (0,)
 
 
 def test_an_unknown_schema_version_is_refused_and_left_as_it_is(pg_url, work=Account("work", "WORK_KEY", NANO)):
@@ -274,7 +290,7 @@ def test_an_export_has_the_sqlite_ledgers_schema_and_every_row(pg_url, tmp_path)
     exported = sqlite3.connect(copy)
     schema_of = "SELECT type, name, sql FROM sqlite_master ORDER BY type, name"
     assert exported.execute(schema_of).fetchall() == fresh.execute(schema_of).fetchall()
-    assert exported.execute("PRAGMA user_version").fetchone() == (2,)
+    assert exported.execute("PRAGMA user_version").fetchone() == (3,)
     with Ledger(copy) as lite:
         assert lite.status([work, home], now=T0) == expected_status
         assert lite.attempts() == expected_attempts  # newest first: rowid keeps PostgreSQL's order

@@ -1,0 +1,111 @@
+"""What a budget refusal says: spend, ceilings held in flight and what the reset changes, each on
+its own (docs/errors.md "budget_exhausted"; issues 21 point 3 and 25 point 15).
+
+A reset frees spent budget; it never frees a ceiling held by an attempt in flight: only that
+attempt's settlement does (or ``llm accounts reconcile`` for one left open).
+"""
+
+import datetime as dt
+
+import pytest
+
+from llm_accounts.declarations import Account
+from llm_accounts.errors import AccountsError
+from llm_accounts.ledger import Complete, Ledger, Scope
+from llm_accounts.money import NANO
+from llm_accounts.pricing import Quote
+
+UTC = dt.timezone.utc
+T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
+MODEL = "claude-sonnet-4-5-20250929"
+USAGE = {"input_tokens": 100, "output_tokens": 20}
+
+
+def quote(ceiling):
+    return Quote(MODEL, ceiling, "2026-11-01", "ab" * 32)
+
+
+def conv(name):
+    return Scope("conversation", name)
+
+
+@pytest.fixture
+def ledger(ledger_location):
+    with Ledger(ledger_location) as ledger:
+        yield ledger
+
+
+def refusal(call):
+    with pytest.raises(AccountsError) as caught:
+        call()
+    return caught.value
+
+
+def test_a_refusal_by_ceilings_in_flight_names_them_and_how_many_attempts_hold_them(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(NANO // 4), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(NANO // 2), [work], now=T0))
+    assert error.code == "budget_exhausted"
+    assert "$0.00 spent" in error.message
+    assert "$0.75 held by 2 attempts in flight" in error.message
+
+
+def test_a_refusal_by_ceilings_in_flight_never_says_the_budget_is_reached(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [work], now=T0))
+    assert "reached" not in error.message
+
+
+def test_a_refusal_by_ceilings_in_flight_says_the_reset_does_not_free_them_and_how_to_free_them(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [work], now=T0))
+    assert "the reset at 2026-11-30 00:00 UTC does not free held ceilings" in error.message
+    assert "llm accounts attempts --open" in error.message
+    assert "llm accounts reconcile" in error.message
+
+
+def test_a_refusal_by_spend_says_what_the_reset_frees(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [work], now=T0)
+    ledger.settle("a1", Complete(NANO - 5, USAGE, MODEL), now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(10), [work], now=T0))
+    assert "$0.999999995 spent" in error.message
+    assert "$0.00 held by 0 attempts in flight" in error.message
+    assert "the reset at 2026-11-30 00:00 UTC frees the spent budget" in error.message
+    assert "reconcile" not in error.message
+
+
+def test_a_budget_fully_spent_says_it_is_reached(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [work], now=T0)
+    ledger.settle("a1", Complete(NANO, USAGE, MODEL), now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(1), [work], now=T0))
+    assert "account 'work' has reached its $1.00 budget for credit period 2026-11" in error.message
+
+
+def test_a_daily_budget_refusal_with_nothing_spent_does_not_say_budget_reached(ledger):
+    capped = Account("capped", "CAPPED_KEY", 10 * NANO, daily_budget_nusd=NANO)
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [capped], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [capped], now=T0))
+    assert error.code == "budget_exhausted"
+    assert "reached" not in error.message
+    assert "$0.00 spent, $1.00 held by 1 attempt in flight" in error.message
+    assert "daily budget for 2026-11-10 UTC" in error.message
+    assert "the reset at 2026-11-11 00:00 UTC does not free held ceilings" in error.message
+
+
+def test_a_daily_budget_fully_spent_says_it_is_reached_and_when_it_resets(ledger):
+    capped = Account("capped", "CAPPED_KEY", 10 * NANO, daily_budget_nusd=NANO)
+    ledger.reserve(conv("c1"), "a1", quote(NANO), [capped], now=T0)
+    ledger.settle("a1", Complete(NANO, USAGE, MODEL), now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(1), [capped], now=T0))
+    assert "has reached its $1.00 daily budget for 2026-11-10 UTC" in error.message
+    assert "the reset at 2026-11-11 00:00 UTC frees the spent budget" in error.message
+
+
+def test_a_client_cap_refusal_names_its_held_ceilings_apart_from_spend(ledger):
+    work = Account("work", "WORK_KEY", 10 * NANO, clients=(("ci", NANO),))
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], client="ci", now=T0)
+    ledger.settle("a1", Complete(NANO // 4, USAGE, MODEL), now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], client="ci", now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(NANO // 2), [work], client="ci", now=T0))
+    assert "client 'ci'" in error.message
+    assert "$0.25 spent, $0.50 held by 1 attempt in flight" in error.message
