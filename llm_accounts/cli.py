@@ -470,14 +470,17 @@ def _echo_changes(old, new):
     default=None,
     help="Serve only the clients with a cap, or every client",
 )
+@click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key")
+@click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...)")
 @click.option(
     "clear",
     "--clear",
     multiple=True,
-    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps"]),
-    help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps (repeatable)",
+    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps", "admin-key"]),
+    help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps, "
+    "no admin key or key id (repeatable)",
 )
-def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, clear):
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, admin_key_env, api_key_id, clear):
     """Change some settings of a declared account in accounts.json and keep the others.
 
     Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
@@ -490,11 +493,12 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
         llm accounts set work --daily-budget 5.00 --rank 1
         llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
         llm accounts set work --clear daily-budget --clear models
+        llm accounts set work --admin-key-env WORK_ADMIN_KEY
     """
     from .declarations import changed_settings, set_account
     from .errors import AccountsError
 
-    given = (budget, daily_budget, rank, weight, clients_only)
+    given = (budget, daily_budget, rank, weight, clients_only, admin_key_env, api_key_id)
     if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
         fail(AccountsError(
             "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
@@ -503,7 +507,8 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
     def change(account):
         return changed_settings(
             account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
-            client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only, clear=clear,
+            client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only,
+            admin_key_env=admin_key_env, api_key_id=api_key_id, clear=clear,
         )
 
     try:
@@ -1277,11 +1282,11 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id):
         fail(AccountsError("settlement_conflict", f"{failed} of {len(rows)} open attempts of {name} were not settled (see above); the others were"))
 
 
-def _reconcile_from_provider(account, json_):
-    from . import provider_pass
+def _with_admin_keys(account, section):
+    """``(declaration, names)`` for a ``--from-provider`` command: the accounts it reads (all when
+    ``account`` is None), refused in one line unless one declares an Admin API key."""
     from .declarations import load_declaration
     from .errors import AccountsError
-    from .money import usd_fine
 
     try:
         declaration = load_declaration()
@@ -1295,9 +1300,19 @@ def _reconcile_from_provider(account, json_):
     if not any(a.admin_key_env for a in declaration.accounts if names is None or a.name in names):
         fail(AccountsError(
             "declaration_invalid",
-            "--from-provider: no account declares admin_key_env, so no usage report can be read; "
-            "add it with llm accounts add NAME ... --admin-key-env VAR --replace (docs/architecture.md \"Settling from the provider\")",
+            "--from-provider: no account declares admin_key_env, so no report from the provider can be read; "
+            f"add it with llm accounts set NAME --admin-key-env VAR (docs/architecture.md \"{section}\")",
         ))
+    return declaration, names
+
+
+def _reconcile_from_provider(account, json_):
+    from . import provider_pass
+    from .declarations import load_declaration
+    from .errors import AccountsError
+    from .money import usd_fine
+
+    declaration, names = _with_admin_keys(account, "Settling from the provider")
     ledger = _ledger()
     try:
         results = provider_pass.settle_from_provider(declaration, ledger, names)
@@ -1380,21 +1395,7 @@ def _audit_from_provider(account, days, json_):
     from .errors import AccountsError
     from .money import usd_fine
 
-    try:
-        declaration = load_declaration()
-    except AccountsError as error:
-        fail(error)
-    names = None
-    if account is not None:
-        if account not in {a.name for a in declaration.accounts}:
-            fail(AccountsError("not_found", "--account: names no declared account (see llm accounts list)"))
-        names = {account}
-    if not any(a.admin_key_env for a in declaration.accounts if names is None or a.name in names):
-        fail(AccountsError(
-            "declaration_invalid",
-            "--from-provider: no account declares admin_key_env, so no report can be read; "
-            "add it with llm accounts add NAME ... --admin-key-env VAR --replace (docs/architecture.md \"Auditing against the bill\")",
-        ))
+    declaration, names = _with_admin_keys(account, "Auditing against the bill")
     ledger = _ledger()
     try:
         account_days, organization_days, errors = provider_audit.audit_from_provider(declaration, ledger, names, days=days)

@@ -473,11 +473,12 @@ def account_from_options(
 
 
 #: What ``llm accounts set --clear`` takes: each optional setting, named like its option.
-CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps")
+CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps", "admin-key")
 
 
 def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weight=None, models=(),
-                     client_caps=(), remove_clients=(), clients_only=None, clear=()):
+                     client_caps=(), remove_clients=(), clients_only=None, admin_key_env=None, api_key_id=None,
+                     clear=()):
     """``account`` with only the settings given changed (``llm accounts set``); the rest are kept.
 
     ``clear`` names settings (``CLEARABLE``) that return to their defaults; client caps are
@@ -486,9 +487,12 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
     The key_env is not a setting: it is the account's credit (docs/architecture.md "What a credit
     period fixes").
     """
-    for setting, given in (("daily-budget", daily_budget), ("rank", rank), ("weight", weight), ("models", models or None)):
+    for setting, given in (
+        ("daily-budget", daily_budget), ("rank", rank), ("weight", weight), ("models", models or None),
+        ("admin-key", admin_key_env or api_key_id),
+    ):
         if setting in clear and given is not None:
-            option = "--model" if setting == "models" else f"--{setting}"
+            option = {"models": "--model", "admin-key": "--admin-key-env or --api-key-id"}.get(setting, f"--{setting}")
             raise invalid(f"--clear {setting}: {option} is given too; give one of them")
     changes = {}
     if budget is not None:
@@ -522,6 +526,14 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
     changes["client_tokens"] = tuple(sorted(tokens.items()))
     if clients_only is not None:
         changes["clients_only"] = bool(clients_only)
+    if "admin-key" in clear:
+        changes["admin_key_env"] = changes["api_key_id"] = None
+    if admin_key_env is not None:
+        changes["admin_key_env"] = _key_env(admin_key_env, "--admin-key-env")
+        if changes["admin_key_env"] == account.key_env:
+            raise invalid("--admin-key-env: names the same variable as the account's key_env; an Admin API key is not an API key")
+    if api_key_id is not None:
+        changes["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
     if dataclasses.replace(account, **changes).clients_only and not (dollars or tokens):
         if "client-caps" in clear:
             raise invalid(
@@ -548,6 +560,8 @@ def _setting_texts(account):
         "weight": str(account.weight),
         "models": ", ".join(account.models) if account.models else "every priced model",
         "clients_only": "true" if account.clients_only else "false",
+        "admin_key_env": account.admin_key_env or "none",
+        "api_key_id": account.api_key_id or "none",
     }
     for label, cap in account.clients:
         texts[f"clients.{label}.budget_usd"] = money(cap)

@@ -210,3 +210,26 @@ def test_set_warns_when_a_limit_it_sets_is_below_the_default_models_ceiling(user
     result = run("set", "work", "--daily-budget", "2.50")
     assert result.exit_code == 0, result.output
     assert "Warning: account 'work': its daily budget of $2.50 is below the $7.92 ceiling" in result.stderr
+
+
+def test_set_declares_an_admin_key_and_keeps_every_other_setting(shared, user_path):
+    result = run("set", "shared", "--admin-key-env", "SHARED_ADMIN_KEY", "--api-key-id", "apikey_01shared")
+    assert result.exit_code == 0, result.output
+    assert stored(user_path) == [{**shared, "admin_key_env": "SHARED_ADMIN_KEY", "api_key_id": "apikey_01shared"}]
+    assert result.stdout.splitlines()[1:] == [
+        "  admin_key_env: none -> SHARED_ADMIN_KEY",
+        "  api_key_id: none -> apikey_01shared",
+    ]
+
+
+def test_set_clear_admin_key_drops_the_admin_key_and_the_key_id(shared, user_path):
+    assert run("set", "shared", "--admin-key-env", "SHARED_ADMIN_KEY", "--api-key-id", "apikey_01shared").exit_code == 0
+    result = run("set", "shared", "--clear", "admin-key")
+    assert result.exit_code == 0, result.output
+    assert stored(user_path) == [shared]
+
+
+def test_set_refuses_an_admin_key_env_that_is_the_accounts_own_key_env(shared, user_path):
+    line = one_line_error(run("set", "shared", "--admin-key-env", "SHARED_KEY"))
+    assert line.startswith("Error: declaration_invalid: --admin-key-env: names the same variable as the account's key_env")
+    assert stored(user_path) == [shared]
