@@ -32,6 +32,10 @@ Waits are measured inside each ``llm`` process by this file's ``--worker`` mode,
 ``RoutedCall.begin`` to note when the prompt was admitted and then runs llm's own CLI (or the
 async batch) unchanged. The exit status is 1 when a prompt was refused or anything was
 over-admitted.
+
+The other half of everyday life under ceilings, the budget interrupted prompts hold before and
+after the automatic pass settles them from the provider's usage report, is measured by
+``bench/daily_provider.py`` (docs/architecture.md "Settling from the provider").
 """
 
 import argparse
