@@ -208,7 +208,10 @@ def budget_refusal(lim, who, period, resets):
         )
     if lim.queued:
         parts.append(f"{lim.amount(lim.ahead)} kept for {lim.queued} earlier prompt{'' if lim.queued == 1 else 's'} waiting for room")
-    if lim.fits_spent():
+    if lim.ceiling > lim.limit:
+        # No reset or settlement can make room: the attempt alone is larger than the limit.
+        tail = f"this attempt's ceiling alone is more than the {limit}, so no reset frees room for it"
+    elif lim.fits_spent():
         tail = (
             f"the reset at {when(resets)} does not free held ceilings: each frees when its attempt settles "
             f"(-o wait SECONDS waits for that); {FREE_HELD}"
