@@ -13,6 +13,7 @@ import pytest
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from llm_accounts import clock, provider_pass, provider_usage
+from llm_accounts.errors import AccountsError
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.money import NANO
 from llm_accounts.pricing import current_revision, settlement_cost
@@ -122,6 +123,42 @@ def test_an_interrupted_prompt_is_settled_from_the_report_at_what_the_stand_in_b
     assert (row["state"], row["cost_nusd"]) == ("settled", billed(entry))
     assert sources(ledger_path) == [f"usage_report:messages:2026-12-31T23:50Z:{default_api_key_id('alpha')}:{HAIKU}"]
     assert f"alpha: 1 settled" in result.output and "0 kept open" in result.output
+
+
+def test_a_stream_still_running_is_not_settled_from_the_report_however_old(org, ledger_path, fake_clock):
+    # transport.TIMEOUT bounds each read, not the stream: the report's minutes may hold part of it.
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300)
+    iterator = iter(response)
+    next(iterator)
+    fake_clock.advance(minutes=12)
+    try:
+        result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+        [row] = rows(ledger_path)
+    finally:
+        iterator.close()
+    assert result.exit_code == 0, result.output
+    assert (row["state"], row["outcome"]) == ("open", None)
+    [alpha, beta] = json.loads(result.output)
+    assert [k["reason"] for k in alpha["kept_open"]] == ["in_flight"]
+    # Its outcome recorded (stream_closed), the same report settles it.
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    assert rows(ledger_path)[0]["state"] == "settled"
+
+
+def test_the_ledger_refuses_a_usage_report_settlement_of_an_attempt_with_no_outcome(org, ledger_path, fake_clock):
+    from llm_accounts.ledger import Ledger
+
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300)
+    iterator = iter(response)
+    next(iterator)
+    try:
+        [row] = rows(ledger_path)
+        with Ledger(ledger_path) as ledger, pytest.raises(AccountsError) as info:
+            ledger.reconcile(provider_pass.adjustment_id(row["id"]), row["id"], 1000, f"usage_report:messages:2026-12-31T23:50Z:apikey_01x:{HAIKU}")
+        assert rows(ledger_path)[0]["state"] == "open"
+    finally:
+        iterator.close()
+    assert info.value.code == "settlement_conflict" and "no outcome recorded" in str(info.value)
 
 
 def test_what_the_ledger_settled_in_the_same_minute_is_taken_away(org, ledger_path, fake_clock):
