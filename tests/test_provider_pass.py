@@ -3,6 +3,7 @@ interrupted prompts, the report the stand-in serves from what it billed, ``llm a
 --from-provider``, the automatic pass a routed prompt starts, and every case kept open
 (docs/architecture.md "Settling from the provider"). Clocks are the test's."""
 
+import dataclasses
 import datetime as dt
 import json
 import sqlite3
@@ -53,7 +54,7 @@ def fake_clock(monkeypatch):
 @pytest.fixture
 def org(user_path, ledger_path, monkeypatch, fake_clock):
     """Accounts alpha and beta, each its own organization with an Admin API key; alpha declares
-    its api_key_id, beta's is found from the organization's only active key."""
+    its api_key_id, beta does not (nothing is settled for it until it does)."""
     keys = {"ALPHA_KEY": make_key(), "BETA_KEY": make_key(), "ALPHA_ADMIN": make_key(), "BETA_ADMIN": make_key()}
     config = {
         "keys": [
@@ -209,18 +210,40 @@ def test_an_unreadable_report_keeps_every_attempt_open_and_exits_non_zero(org, l
     assert rows(ledger_path)[0]["state"] == "open"
 
 
-def test_the_key_id_of_an_organization_with_one_active_key_is_found_once_and_remembered(org, ledger_path, fake_clock):
-    interrupted()
-    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account="beta")
+def interrupted_on(account):
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account=account)
     iterator = iter(response)
     next(iterator)
     iterator.close()
+
+
+def test_an_undeclared_key_id_is_never_inferred_the_pass_names_the_only_active_key_and_how_to_confirm_it(
+    org, ledger_path, fake_clock
+):
+    # beta's admin_key_env misdeclared as alpha's organization's admin key: its only active key is
+    # alpha's, whose usage must never settle beta's attempts.
+    accounts = load_declaration().accounts
+    save_accounts_file([a if a.name != "beta" else dataclasses.replace(a, admin_key_env="ALPHA_ADMIN") for a in accounts], None)
+    interrupted_on("alpha")
+    interrupted_on("beta")
     fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta")
+    assert result.exit_code == 0, result.output
+    found = default_api_key_id("alpha")
+    assert (
+        f"beta: not read (api_key_id is not declared; the organization's only active API key is {found}: "
+        f"if it is beta's, confirm it with llm accounts set beta --api-key-id {found}; its open attempts stay open)"
+    ) in result.output
+    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("alpha", "open"), ("beta", "open")]
+    assert "key_ids" not in provider_pass.load_state()
+
+
+def test_a_key_id_confirmed_with_accounts_set_settles_the_accounts_attempts(org, ledger_path, fake_clock):
+    interrupted_on("beta")
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "set", "beta", "--api-key-id", default_api_key_id("beta")).exit_code == 0
     assert llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta").exit_code == 0
-    assert provider_pass.load_state()["key_ids"]["beta"] == {"admin_key_env": "BETA_ADMIN", "api_key_id": default_api_key_id("beta")}
-    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("alpha", "open"), ("beta", "settled")]
-    listed = [r for r in org.requests if r["path"] == "/v1/organizations/api_keys"]
-    assert len(listed) == 1
+    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("beta", "settled")]
 
 
 def test_an_organization_with_several_keys_needs_api_key_id_declared(org, ledger_path, fake_clock, monkeypatch):
