@@ -593,7 +593,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             try:
                 message = _parsed(await resp.aread())
             except httpx.HTTPError:
-                await settle_async(call.stream_failed, attempt, "transport_error", "transport")
+                await _shielded(call.stream_failed, attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
                 return
             except asyncio.CancelledError:

@@ -54,9 +54,11 @@ def base_url(environ=None):
             "declaration_invalid",
             f"{BASE_URL_ENV}: must be an https:// URL, or http:// on loopback (127.0.0.1, localhost, [::1])",
         )
-    if parsed.query or parsed.fragment or parsed.username or parsed.password:
+    if parsed.query or parsed.fragment or parsed.username or parsed.password or "sk-ant" in value.lower():
+        # A key in the path would go out in every request line and into httpx's INFO log line
+        # (docs/security.md "Sending a key"); the URL is never repeated.
         raise AccountsError(
-            "declaration_invalid", f"{BASE_URL_ENV}: must not carry credentials, a query or a fragment"
+            "declaration_invalid", f"{BASE_URL_ENV}: must not carry credentials (a key, a user or a password), a query or a fragment"
         )
     if parsed.path.rstrip("/").endswith(("/v1", "/v1/messages")):
         raise AccountsError(
@@ -72,7 +74,9 @@ def where(environ=None):
     validated to hold no credentials, so it is safe to show) and what set it."""
     environ = os.environ if environ is None else environ
     if environ.get(BASE_URL_ENV):
-        return f"at {base_url(environ)} (set by {BASE_URL_ENV})"
+        # The origin only: a path is the user's to choose and is not shown in errors.
+        parsed = urllib.parse.urlsplit(base_url(environ))
+        return f"at {parsed.scheme}://{parsed.netloc} (set by {BASE_URL_ENV})"
     return f"at {DEFAULT_BASE_URL} (the default; {BASE_URL_ENV} sets another)"
 
 

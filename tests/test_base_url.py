@@ -113,3 +113,16 @@ def test_a_stopped_server_is_named_by_its_url_and_the_variable_that_set_it(accou
 
 def test_the_default_base_url_is_named_as_the_default():
     assert transport.where({}) == "at https://api.anthropic.com (the default; LLM_ACCOUNTS_BASE_URL sets another)"
+
+
+@pytest.mark.parametrize("url", ["https://gateway.example/sk-ant-api03-abcdefgh", "https://gateway.example/x/SK-ANT-token"])
+def test_a_base_url_holding_a_key_is_refused_without_repeating_it(url):
+    with pytest.raises(AccountsError) as refused:
+        transport.base_url({"LLM_ACCOUNTS_BASE_URL": url})
+    assert refused.value.code == "declaration_invalid"
+    assert "gateway" not in str(refused.value) and "abcdefgh" not in str(refused.value)
+
+
+def test_an_unreachable_server_is_named_by_its_origin_never_its_path():
+    where = transport.where({"LLM_ACCOUNTS_BASE_URL": "https://gateway.example/tenant-7f3a9c/anthropic"})
+    assert where == "at https://gateway.example (set by LLM_ACCOUNTS_BASE_URL)"

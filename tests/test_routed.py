@@ -375,7 +375,9 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
 
     migrate(sqlite_utils.Database(user_path / "logs.db"))
     llm_bin = os.path.join(os.path.dirname(sys.executable), "llm")
-    env = dict(os.environ)
+    # A short wait for room (docs/architecture.md "Waiting for room"): some prompts wait while
+    # others hold the room, the rest are refused past the bound, and no state passes a budget.
+    env = dict(os.environ, LLM_ACCOUNTS_WAIT="3")
     violations, samples = [], []
     done = threading.Event()
 
