@@ -62,13 +62,14 @@ def scenario(interrupted, spacing, pairs):
     from llm_accounts.money import NANO
     from llm_accounts.pricing import current_revision, settlement_cost
     from llm_accounts.standin import StandIn
+    from llm_accounts.standin.config import default_api_key_id
 
     fake = Clock(START)
     clock.now = fake.now
     keys = {"ALPHA_KEY": key(), "ALPHA_ADMIN": key("admin01")}
     user = pathlib.Path(os.environ["LLM_USER_PATH"])
     (user / "keys.json").write_text(json.dumps(keys))
-    save_accounts_file([Account("alpha", "ALPHA_KEY", 500 * NANO, admin_key_env="ALPHA_ADMIN")], None)
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 500 * NANO, admin_key_env="ALPHA_ADMIN", api_key_id=default_api_key_id("alpha"))], None)
     config = {
         "keys": [{"label": "alpha", "key": keys["ALPHA_KEY"], "organization": "org-alpha"}],
         "admin_keys": [{"key": keys["ALPHA_ADMIN"], "organization": "org-alpha"}],

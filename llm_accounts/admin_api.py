@@ -4,12 +4,16 @@ API key ids (docs/architecture.md "Settling from the provider" cites the documen
 Every call signs with the organization's Admin API key, resolved per call by ``keys.resolve_key``
 like any key, held as a ``Secret`` and never stored. What comes back is untrusted: buckets are
 parsed into numbers and times; the only strings kept are API key ids, which must have the id shape
-and hold no run of the admin key (``scrub.run_detector``) before they are stored or shown.
+and hold no run of the admin key (``scrub.run_detector``) before they are stored or shown. Page
+tokens (``next_page``, ``last_id``) go back in the next URL, which httpx logs: each must be a short
+printable ASCII string holding no run of the admin key, or the read stops (docs/security.md
+"Provider strings").
 """
 
 import datetime as dt
+import re
 
-from . import transport
+from . import scrub, transport
 from .errors import AccountsError
 
 USAGE_PATH = "/v1/organizations/usage_report/messages"
@@ -18,6 +22,7 @@ KEYS_PATH = "/v1/organizations/api_keys"
 MINUTE_PAGE = 1440  # the usage report's largest page of one-minute buckets
 DAY_PAGE = 31  # the cost report's (and the daily usage report's) largest page
 MAX_PAGES = 50
+_PAGE_TOKEN = re.compile(r"[\x21-\x7e]{1,200}")
 
 
 def headers(secret):
@@ -45,17 +50,29 @@ def _get(http, base, path, params, secret):
     return page
 
 
+def _page_token(token, path, holds):
+    """``token`` if it may go back in a URL: a short printable ASCII string with no run of the
+    admin key (``holds``); else the read stops, naming the rule, never the value."""
+    if not isinstance(token, str) or not _PAGE_TOKEN.fullmatch(token) or holds(token):
+        raise AccountsError(
+            "provider_error",
+            f"GET {path} answered with a page token that is not a short printable ASCII string free of the admin key; "
+            "it is not sent back (docs/security.md \"Provider strings\")",
+        )
+    return token
+
+
 def _paged(http, base, path, params, secret):
     """Every bucket of a report, following ``has_more``/``next_page``."""
-    data, params = [], dict(params)
+    data, params, holds = [], dict(params), scrub.run_detector(secret.reveal())
     for _ in range(MAX_PAGES):
         page = _get(http, base, path, params, secret)
         if isinstance(page.get("data"), list):
             data.extend(bucket for bucket in page["data"] if isinstance(bucket, dict))
         token = page.get("next_page")
-        if not page.get("has_more") or not isinstance(token, str) or not token:
+        if not page.get("has_more") or token is None or token == "":
             return data
-        params["page"] = token
+        params["page"] = _page_token(token, path, holds)
     raise AccountsError("provider_error", f"GET {path} did not end within {MAX_PAGES} pages")
 
 
@@ -108,8 +125,9 @@ def active_key_ids(http, base, secret, check):
             if item.get("status", "active") == "active":
                 ids.append(key_id)
         after = page.get("last_id")
-        if not page.get("has_more") or not isinstance(after, str):
+        if not page.get("has_more") or after is None or after == "":
             return ids
+        after = _page_token(after, KEYS_PATH, check)
     raise AccountsError("provider_error", f"GET {KEYS_PATH} did not end within {MAX_PAGES} pages")
 
 

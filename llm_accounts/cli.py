@@ -1398,7 +1398,7 @@ def _audit_from_provider(account, days, json_):
     declaration, names = _with_admin_keys(account, "Auditing against the bill")
     ledger = _ledger()
     try:
-        account_days, organization_days, errors = provider_audit.audit_from_provider(declaration, ledger, names, days=days)
+        account_days, organization_days, errors, inferred = provider_audit.audit_from_provider(declaration, ledger, names, days=days)
     except AccountsError as error:
         fail(error)
 
@@ -1410,6 +1410,7 @@ def _audit_from_provider(account, days, json_):
             "accounts": [row.as_dict() for row in account_days],
             "organizations": [row.as_dict() for row in organization_days],
             "errors": [{"accounts": who, "code": error.code, "message": error.message} for who, error in errors],
+            "inferred_key_ids": inferred,
         })
     else:
         if account_days:
@@ -1427,6 +1428,11 @@ def _audit_from_provider(account, days, json_):
                               money(row.drift_nusd) if row.drift_nusd else ("" if row.drift_nusd == 0 else "?"),
                               money(row.undeclared_nusd) if row.undeclared_nusd else ""))
             _table(table)
+        for name, key_id in inferred.items():
+            click.echo(
+                f"{name}: compared with {key_id}, inferred as its organization's only active API key; "
+                f"confirm it with llm accounts set {name} --api-key-id {key_id}"
+            )
         for names_, error in errors:
             click.echo(f"{', '.join(names_)}: reports not read: {error}")
     if errors:

@@ -1025,6 +1025,8 @@ class Ledger:
                     account=row["account"],
                     attempt_id=attempt_id,
                 )
+            if source_ref.startswith("usage_report:") and row["outcome"] is None:  # docs/architecture.md "Settling from the provider"
+                raise AccountsError("settlement_conflict", "attempt has no outcome recorded (it may still be running): a usage report does not settle it; settle it by hand with llm accounts reconcile", account=row["account"], attempt_id=attempt_id)
             if row["m_settled"] + row["m_open"] + row["m_adjusted"] - row["ceiling_nusd"] + cost_nusd > INT64_MAX:
                 raise invalid("cost", "would take the month's total past signed 64-bit nanodollars")
             ts = clock.isoformat(now or clock.now())

@@ -12,10 +12,11 @@ from .money import usd_fine
 
 
 def settles_automatically(account):
-    """An account that declares its organization's Admin API key (``admin_key_env``) is settled
-    from the provider's usage report without a command (docs/errors.md "Held open"); ``account``
-    may be None (no longer declared)."""
-    return bool(getattr(account, "admin_key_env", None))
+    """An account that declares its organization's Admin API key (``admin_key_env``) and its key's
+    id (``api_key_id``: never inferred, docs/architecture.md "Settling from the provider") is
+    settled from the provider's usage report without a command (docs/errors.md "Held open");
+    ``account`` may be None (no longer declared)."""
+    return bool(getattr(account, "admin_key_env", None) and getattr(account, "api_key_id", None))
 
 
 def held_open(attempt_id, account_name, ceiling_nusd, outcome, *, automatic=False):

@@ -17,7 +17,7 @@ import re
 from fractions import Fraction
 
 from . import admin_api, clock, keys, pricing, provider_usage, transport
-from .provider_pass import key_id_for, state_path
+from .provider_pass import key_id_for
 from .errors import AccountsError
 
 UTC = dt.timezone.utc
@@ -149,7 +149,9 @@ def compare_organization(accounts, days, usage, billed, declared_ids):
 
 
 def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, base=None, cwd=None):
-    """``(account days, organization days, errors)`` for the last ``days`` UTC days up to today."""
+    """``(account days, organization days, errors, inferred)`` for the last ``days`` UTC days up to
+    today; ``inferred``: ``{account: key id}`` compared with but not declared (the organization's
+    only active API key, a guess the audit labels as such and nothing is settled from)."""
     now = now or clock.now()
     base = base or transport.base_url()
     revision = pricing.current_revision()
@@ -161,7 +163,7 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
     for account in declaration.accounts:
         if account.admin_key_env and (names is None or account.name in names):
             organizations.setdefault(account.admin_key_env, []).append(account)
-    account_days, organization_days, errors = [], [], []
+    account_days, organization_days, errors, inferred = [], [], [], {}
     with transport.client() as http:
         for admin_key_env, members in organizations.items():
             secret = None
@@ -171,7 +173,9 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
                 billed = billed_by_day(admin_api.cost_days(http, base, secret, start, end))
                 ids = {}
                 for account in members:
-                    ids[account.name] = key_id_for(account, declaration, http, base, secret, state_path())
+                    ids[account.name], guessed = key_id_for(account, http, base, secret)
+                    if guessed:
+                        inferred[account.name] = ids[account.name]
             except AccountsError as error:
                 errors.append(([a.name for a in members], error))
                 continue
@@ -186,4 +190,4 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
                 ledger_days = ledger.daily_spend(account.name, day_list[0], day_list[-1])
                 account_days.extend(compare_account(account.name, day_list, ledger_days, usage, ids[account.name]))
             organization_days.extend(compare_organization([a.name for a in members], day_list, usage, billed, declared_ids))
-    return account_days, organization_days, errors
+    return account_days, organization_days, errors, inferred

@@ -8,10 +8,12 @@ usage report's one-minute buckets and the ledger's attempts of each window are r
 the bucket. The adjustment id is derived from the attempt, so two processes running the pass at
 once record one settlement, never two.
 
-The account's API key id is declared (``api_key_id``) or, when the organization lists exactly one
-active API key, that key's id, kept in ``accounts-provider.json`` (ids only, never a key). The
-Admin API never returns a key, only a partial hint of one; comparing a hint would mean handling
-key material, so with several active keys ``api_key_id`` must be declared.
+The account's API key id must be declared (``api_key_id``): the pass never settles from an inferred
+one. An organization's only active key need not be this account's (an ``admin_key_env`` naming
+another organization's admin key would settle this account's attempts from another key's usage),
+so without the declaration the account's attempts stay open and the pass names the id it found and
+how to confirm it. The Admin API never returns a key, only a partial hint of one; comparing a hint
+would mean handling key material, so this project never matches the two.
 
 The automatic pass is started by a routed prompt, as the model-list refresh is: a daemon thread
 the prompt never waits for, at most once per ``RUN_EVERY`` across processes, backing off
@@ -98,32 +100,21 @@ def adjustment_id(attempt_id):
     return uuid.uuid5(_NAMESPACE, f"usage_report:{attempt_id}").hex
 
 
-def key_id_for(account, declaration, http, base, admin_secret, path):
-    """The account's API key id: declared, else remembered, else the organization's only active key."""
+def key_id_for(account, http, base, admin_secret):
+    """``(key id, inferred)``: the declared ``api_key_id``, else the id of the organization's only
+    active API key, which ``inferred`` marks as a guess nothing may be settled from."""
     if account.api_key_id:
-        return account.api_key_id
-    remembered = load_state(path).get("key_ids", {}).get(account.name)
-    if isinstance(remembered, dict) and remembered.get("admin_key_env") == account.admin_key_env:
-        key_id = remembered.get("api_key_id")
-        from .declarations import API_KEY_ID_RULE
-
-        if isinstance(key_id, str) and API_KEY_ID_RULE.fullmatch(key_id):
-            return key_id
+        return account.api_key_id, False
     ids = admin_api.active_key_ids(http, base, admin_secret, scrub.run_detector(admin_secret.reveal()))
     if len(ids) != 1:
         raise AccountsError(
             "declaration_invalid",
             f"api_key_id: account {account.name}'s organization lists {len(ids)} active API keys and the Admin API "
             "returns no key to match ours with, only a partial hint this project does not compare; declare the key's id "
-            f"(llm accounts add {account.name} ... --api-key-id apikey_... --replace)",
+            f"(llm accounts set {account.name} --api-key-id apikey_...)",
             account=account.name,
         )
-
-    def remember(data):
-        data.setdefault("key_ids", {})[account.name] = {"admin_key_env": account.admin_key_env, "api_key_id": ids[0]}
-
-    _update_state(path, remember)
-    return ids[0]
+    return ids[0], True
 
 
 def windows(open_rows):
@@ -141,7 +132,7 @@ def windows(open_rows):
     ]
 
 
-def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, path=None, since=None):
+def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, since=None):
     """Run the pass for one account (its attempts opened at ``since`` or later, default all);
     returns its ``AccountResult``. Errors reaching the Admin API or resolving its key are the
     result's ``error``: every open attempt then stays open."""
@@ -150,7 +141,6 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
         result.skipped = "no admin_key_env declared"
         return result
     now = now or clock.now()
-    path = pathlib.Path(path or state_path())
     revision = pricing.current_revision()
     open_rows = [
         row for row in ledger.open_attempts(account=account.name)
@@ -161,7 +151,14 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
     secret = None
     try:
         secret = keys.resolve_key(account.admin_key_env, declaration, cwd=cwd)
-        key_id = key_id_for(account, declaration, http, base, secret, path)
+        key_id, inferred = key_id_for(account, http, base, secret)
+        if inferred:
+            result.skipped = (
+                f"api_key_id is not declared; the organization's only active API key is {key_id}: if it is "
+                f"{account.name}'s, confirm it with llm accounts set {account.name} --api-key-id {key_id}; "
+                "its open attempts stay open"
+            )
+            return result
         for start, end in windows(open_rows):
             end = min(end, provider_usage.minute_of(now) + provider_usage.MINUTE)
             data = admin_api.usage_minutes(http, base, secret, start, end, key_id)
@@ -194,13 +191,13 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
     return result
 
 
-def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, path=None, since=None):
+def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None):
     """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each."""
     base = base or transport.base_url()
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
     with transport.client() as http:
         return [
-            settle_account(a, declaration, ledger, http, base=base, cwd=cwd, now=now, path=path, since=since)
+            settle_account(a, declaration, ledger, http, base=base, cwd=cwd, now=now, since=since)
             for a in wanted
         ]
 
@@ -259,7 +256,7 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
             quiet = dataclasses.replace(declaration, lookup=None)
             with Ledger(ledger_location) as ledger:
                 results = settle_from_provider(
-                    quiet, ledger, base=base, cwd=cwd, now=now, path=path, since=now - AUTOMATIC_LOOKBACK
+                    quiet, ledger, base=base, cwd=cwd, now=now, since=now - AUTOMATIC_LOOKBACK
                 )
             failed = [r for r in results if r.error is not None]
             settled = sum(len(r.settled) for r in results)

@@ -16,6 +16,9 @@ The rule, for one account's key id and one model:
    attempt near a minute's edge is never matched against only half of what it may have used.
 3. A span settles an open attempt only if every one of these holds; otherwise the attempt stays
    open and the verdict says why:
+   - every open attempt of the span has its unknown outcome recorded (``in_flight``): one with
+     none may still be streaming, its usage still growing past what the report shows (or its
+     process was killed before recording; ``llm accounts reconcile`` settles that one by hand);
    - every minute of the span is final: it ended ``FINAL_AFTER`` ago or more (``not_final``);
    - the report covered every minute of the span (``not_covered``);
    - exactly one attempt of the span is open (``ambiguous``);
@@ -46,15 +49,16 @@ MINUTE = dt.timedelta(minutes=1)
 # connect bound. An attempt's usage is looked for in every minute this window touches.
 SEND_WINDOW = dt.timedelta(seconds=10)
 # When a minute's bucket is taken as final. The usage report fills in minutes after the fact;
-# Anthropic documents no bound, so this waits well past the few minutes it usually takes, and past
-# transport.TIMEOUT's 600 s read bound, so an attempt still streaming is not matched before its
-# usage can be complete.
+# Anthropic documents no bound, so this waits well past the few minutes it usually takes. It says
+# nothing of a stream still running (transport.TIMEOUT bounds each read, not the stream): only an
+# attempt whose unknown outcome was recorded is matched at all (``in_flight``).
 FINAL_AFTER = dt.timedelta(minutes=10)
 
 # Outcomes an attempt settles at zero with, proven unbilled (docs/architecture.md "Attempt outcomes").
 UNBILLED = frozenset({"not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected"})
 
 REASONS = {
+    "in_flight": "no outcome is recorded: it may still be running (or its process was killed: settle it with llm accounts reconcile)",
     "not_final": "its minutes ended less than {final} ago; the report may still change",
     "not_covered": "the report read does not cover all of its minutes",
     "ambiguous": "{open} open attempts share its minutes on this key and model",
@@ -244,6 +248,13 @@ def _decide_span(first, last, span, model, report, covered, key_id, now, price):
         message = REASONS[reason].format(open=len(open_), final=_duration(FINAL_AFTER), **values)
         return [Keep(a.id, a.account, reason, message) for a in open_]
 
+    if any(a.outcome is None for a in open_):
+        # Its usage may still grow; and no other open attempt of the span can be told apart from it.
+        return [
+            Keep(a.id, a.account, "in_flight", REASONS["in_flight"]) if a.outcome is None
+            else Keep(a.id, a.account, "ambiguous", REASONS["ambiguous"].format(open=len(open_)))
+            for a in open_
+        ]
     if last + MINUTE + FINAL_AFTER > now:
         return keep("not_final")
     if any(minute not in covered for minute in minutes):

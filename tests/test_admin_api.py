@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import make_key
+from conftest import assert_no_key_material, make_key
 from llm_accounts import admin_api, scrub
 from llm_accounts.errors import AccountsError
 from llm_accounts.keys import Secret
@@ -79,3 +79,75 @@ def test_report_pages_are_followed_with_next_page_until_has_more_is_false():
     http = Http(first, last)
     assert admin_api.cost_days(http, "http://x", Secret(make_key()), AT, AT) == [{"starting_at": "a"}, {"starting_at": "b"}]
     assert "page" not in http.asked[0] and http.asked[1]["page"] == "page_2"
+
+
+class PageServer:
+    """A loopback server answering every GET with ``body``: real HTTP through the project's own
+    client, so httpx's INFO log of each URL is what the test reads."""
+
+    def __init__(self, body):
+        import http.server
+        import threading
+
+        payload = json.dumps(body).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.server.paths.append(self.path)
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.paths = []
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self.server
+
+    def __exit__(self, *exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+ADMIN_KEY = "sk-ant-admin01-" + "Q7rT9pLm2XvB4nKc" * 5
+
+
+@pytest.mark.parametrize(
+    "read, body",
+    [
+        (lambda http, base, secret: admin_api.cost_days(http, base, secret, AT, AT),
+         {"data": [], "has_more": True, "next_page": "page_" + ADMIN_KEY[20:32]}),
+        (lambda http, base, secret: admin_api.active_key_ids(http, base, secret, scrub.run_detector(secret.reveal())),
+         {"data": [{"id": "apikey_01a", "status": "active"}], "has_more": True, "last_id": "apikey_" + ADMIN_KEY[20:32]}),
+    ],
+    ids=["next_page", "last_id"],
+)
+def test_a_page_token_holding_a_run_of_the_admin_key_is_never_sent_back_in_a_url(read, body, caplog):
+    from llm_accounts import transport
+
+    caplog.set_level("DEBUG")
+    with PageServer(body) as server, transport.client() as http:
+        with pytest.raises(AccountsError) as info:
+            read(http, f"http://127.0.0.1:{server.server_port}", Secret(ADMIN_KEY))
+        asked = list(server.paths)
+    for text in (str(info.value), caplog.text, *asked):
+        assert_no_key_material(text, ADMIN_KEY)
+    assert info.value.code == "provider_error" and "page token" in str(info.value)
+    assert len(asked) == 1
+
+
+@pytest.mark.parametrize("token", ["x" * 1000, "page 2", "pa\u00e9ge", "page\n2"])
+def test_a_page_token_that_is_not_a_short_printable_ascii_string_stops_the_read(token):
+    first = Response(200, {"data": [], "has_more": True, "next_page": token})
+    http = Http(first)
+    with pytest.raises(AccountsError) as info:
+        admin_api.cost_days(http, "http://x", Secret(make_key()), AT, AT)
+    assert info.value.code == "provider_error" and token not in str(info.value)
+    assert len(http.asked) == 1

@@ -127,7 +127,7 @@ def test_each_retried_5xx_says_what_it_holds_open(accounts, ledger_path):
 
 
 def test_an_account_with_an_admin_key_is_settled_from_the_usage_report():
-    account = types.SimpleNamespace(name="work", admin_key_env="WORK_ADMIN_KEY")
+    account = types.SimpleNamespace(name="work", admin_key_env="WORK_ADMIN_KEY", api_key_id="apikey_01a")
     line = notices.held_open("a1", "work", 7_920_000_000, "cancelled", automatic=notices.settles_automatically(account))
     assert line == (
         "Warning: attempt a1 keeps $7.92 open on account 'work' (cancelled); "
@@ -136,8 +136,14 @@ def test_an_account_with_an_admin_key_is_settled_from_the_usage_report():
     )
 
 
-@pytest.mark.parametrize("account", [types.SimpleNamespace(name="work"), types.SimpleNamespace(name="work", admin_key_env=None), None])
-def test_an_account_without_an_admin_key_is_settled_by_reconcile(account):
+@pytest.mark.parametrize("account", [
+    types.SimpleNamespace(name="work"),
+    types.SimpleNamespace(name="work", admin_key_env=None),
+    None,
+    # The report never settles from an inferred key id (docs/architecture.md "Settling from the provider").
+    types.SimpleNamespace(name="work", admin_key_env="WORK_ADMIN_KEY", api_key_id=None),
+])
+def test_an_account_without_an_admin_key_and_its_key_id_is_settled_by_reconcile(account):
     line = notices.held_open("a1", "work", 12_345_000, "stream_closed", automatic=notices.settles_automatically(account))
     assert line == (
         "Warning: attempt a1 keeps $0.012345 open on account 'work' (stream_closed); "

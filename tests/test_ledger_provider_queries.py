@@ -44,11 +44,21 @@ def test_daily_spend_sums_settled_costs_and_counts_open_attempts_per_utc_day(led
     assert ledger.daily_spend("work", "2027-12-31", "2028-01-01") == {"2027-12-31": (700, 1, 1), "2028-01-01": (300, 1, 0)}
 
 
-def test_an_answer_that_arrives_after_its_reconciliation_at_the_same_cost_changes_nothing(ledger, work):
-    # A process held mid-stream (Ctrl-Z) past the report's finality: the pass settles its attempt
-    # from the report, then the process resumes and settles the same cost from the answer.
+def test_a_usage_report_never_settles_an_attempt_with_no_outcome_recorded(ledger, work):
+    # No outcome: it may still be streaming, the report holding only part of its usage
+    # (docs/architecture.md "Settling from the provider", in_flight).
     reserve(ledger, work, "a", T0)
-    ledger.reconcile("r", "a", 700, "usage_report:messages:2027-12-31T23:59Z:apikey_01a:" + MODEL, now=T0)
+    with pytest.raises(Exception) as info:
+        ledger.reconcile("r", "a", 700, "usage_report:messages:2027-12-31T23:59Z:apikey_01a:" + MODEL, now=T0)
+    assert getattr(info.value, "code", None) == "settlement_conflict"
+    assert ledger.settle("a", Complete(900, USAGE, MODEL), now=T0) == "settled"
+
+
+def test_an_answer_that_arrives_after_its_reconciliation_at_the_same_cost_changes_nothing(ledger, work):
+    # A process held mid-stream (Ctrl-Z) while its attempt was reconciled by hand, then resumed:
+    # it settles the same cost from the answer.
+    reserve(ledger, work, "a", T0)
+    ledger.reconcile("r", "a", 700, "console usage", now=T0)
     assert ledger.settle("a", Complete(700, USAGE, MODEL), now=T0) == "already_settled"
     [status] = [s for s in ledger.status([work]) if s.name == "work"]
     assert status.blocked_reason is None

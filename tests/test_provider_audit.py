@@ -11,6 +11,7 @@ import httpx
 
 from llm_accounts import provider_audit, provider_usage
 from llm_accounts.pricing import Revision, current_revision
+from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli
 from test_provider_pass import HAIKU, MODEL, fake_clock, org, rows  # noqa: F401 (fixtures)
 
@@ -77,6 +78,18 @@ def test_the_table_names_each_account_and_day(org, ledger_path, fake_clock):
     assert result.exit_code == 0, result.output
     assert "outside ledger" in result.output and "price drift" in result.output
     assert "alpha    2026-12-31" in result.output
+
+
+def test_a_key_id_not_declared_is_compared_with_and_labelled_inferred(org, ledger_path, fake_clock):
+    found = default_api_key_id("beta")
+    result = llm_cli("accounts", "audit", "--from-provider", "--days", "1")
+    assert result.exit_code == 0, result.output
+    assert (
+        f"beta: compared with {found}, inferred as its organization's only active API key; "
+        f"confirm it with llm accounts set beta --api-key-id {found}"
+    ) in result.output
+    assert "alpha: compared with" not in result.output
+    assert audit()[1]["inferred_key_ids"] == {"beta": found}
 
 
 def test_unreadable_reports_exit_non_zero_naming_the_accounts(org, ledger_path, fake_clock, user_path):

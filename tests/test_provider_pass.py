@@ -3,6 +3,7 @@ interrupted prompts, the report the stand-in serves from what it billed, ``llm a
 --from-provider``, the automatic pass a routed prompt starts, and every case kept open
 (docs/architecture.md "Settling from the provider"). Clocks are the test's."""
 
+import dataclasses
 import datetime as dt
 import json
 import sqlite3
@@ -13,6 +14,7 @@ import pytest
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from llm_accounts import clock, provider_pass, provider_usage
+from llm_accounts.errors import AccountsError
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.money import NANO
 from llm_accounts.pricing import current_revision, settlement_cost
@@ -52,7 +54,7 @@ def fake_clock(monkeypatch):
 @pytest.fixture
 def org(user_path, ledger_path, monkeypatch, fake_clock):
     """Accounts alpha and beta, each its own organization with an Admin API key; alpha declares
-    its api_key_id, beta's is found from the organization's only active key."""
+    its api_key_id, beta does not (nothing is settled for it until it does)."""
     keys = {"ALPHA_KEY": make_key(), "BETA_KEY": make_key(), "ALPHA_ADMIN": make_key(), "BETA_ADMIN": make_key()}
     config = {
         "keys": [
@@ -124,6 +126,42 @@ def test_an_interrupted_prompt_is_settled_from_the_report_at_what_the_stand_in_b
     assert f"alpha: 1 settled" in result.output and "0 kept open" in result.output
 
 
+def test_a_stream_still_running_is_not_settled_from_the_report_however_old(org, ledger_path, fake_clock):
+    # transport.TIMEOUT bounds each read, not the stream: the report's minutes may hold part of it.
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300)
+    iterator = iter(response)
+    next(iterator)
+    fake_clock.advance(minutes=12)
+    try:
+        result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+        [row] = rows(ledger_path)
+    finally:
+        iterator.close()
+    assert result.exit_code == 0, result.output
+    assert (row["state"], row["outcome"]) == ("open", None)
+    [alpha, beta] = json.loads(result.output)
+    assert [k["reason"] for k in alpha["kept_open"]] == ["in_flight"]
+    # Its outcome recorded (stream_closed), the same report settles it.
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    assert rows(ledger_path)[0]["state"] == "settled"
+
+
+def test_the_ledger_refuses_a_usage_report_settlement_of_an_attempt_with_no_outcome(org, ledger_path, fake_clock):
+    from llm_accounts.ledger import Ledger
+
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300)
+    iterator = iter(response)
+    next(iterator)
+    try:
+        [row] = rows(ledger_path)
+        with Ledger(ledger_path) as ledger, pytest.raises(AccountsError) as info:
+            ledger.reconcile(provider_pass.adjustment_id(row["id"]), row["id"], 1000, f"usage_report:messages:2026-12-31T23:50Z:apikey_01x:{HAIKU}")
+        assert rows(ledger_path)[0]["state"] == "open"
+    finally:
+        iterator.close()
+    assert info.value.code == "settlement_conflict" and "no outcome recorded" in str(info.value)
+
+
 def test_what_the_ledger_settled_in_the_same_minute_is_taken_away(org, ledger_path, fake_clock):
     assert llm_cli("-m", MODEL, "A short complete answer").exit_code == 0
     fake_clock.advance(seconds=20)
@@ -172,18 +210,40 @@ def test_an_unreadable_report_keeps_every_attempt_open_and_exits_non_zero(org, l
     assert rows(ledger_path)[0]["state"] == "open"
 
 
-def test_the_key_id_of_an_organization_with_one_active_key_is_found_once_and_remembered(org, ledger_path, fake_clock):
-    interrupted()
-    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account="beta")
+def interrupted_on(account):
+    response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account=account)
     iterator = iter(response)
     next(iterator)
     iterator.close()
+
+
+def test_an_undeclared_key_id_is_never_inferred_the_pass_names_the_only_active_key_and_how_to_confirm_it(
+    org, ledger_path, fake_clock
+):
+    # beta's admin_key_env misdeclared as alpha's organization's admin key: its only active key is
+    # alpha's, whose usage must never settle beta's attempts.
+    accounts = load_declaration().accounts
+    save_accounts_file([a if a.name != "beta" else dataclasses.replace(a, admin_key_env="ALPHA_ADMIN") for a in accounts], None)
+    interrupted_on("alpha")
+    interrupted_on("beta")
     fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta")
+    assert result.exit_code == 0, result.output
+    found = default_api_key_id("alpha")
+    assert (
+        f"beta: not read (api_key_id is not declared; the organization's only active API key is {found}: "
+        f"if it is beta's, confirm it with llm accounts set beta --api-key-id {found}; its open attempts stay open)"
+    ) in result.output
+    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("alpha", "open"), ("beta", "open")]
+    assert "key_ids" not in provider_pass.load_state()
+
+
+def test_a_key_id_confirmed_with_accounts_set_settles_the_accounts_attempts(org, ledger_path, fake_clock):
+    interrupted_on("beta")
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "set", "beta", "--api-key-id", default_api_key_id("beta")).exit_code == 0
     assert llm_cli("accounts", "reconcile", "--from-provider", "--account", "beta").exit_code == 0
-    assert provider_pass.load_state()["key_ids"]["beta"] == {"admin_key_env": "BETA_ADMIN", "api_key_id": default_api_key_id("beta")}
-    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("alpha", "open"), ("beta", "settled")]
-    listed = [r for r in org.requests if r["path"] == "/v1/organizations/api_keys"]
-    assert len(listed) == 1
+    assert [(r["account"], r["state"]) for r in rows(ledger_path)] == [("beta", "settled")]
 
 
 def test_an_organization_with_several_keys_needs_api_key_id_declared(org, ledger_path, fake_clock, monkeypatch):

@@ -19,6 +19,7 @@ from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
 from llm_accounts.pricing import current_revision, settlement_cost
 from llm_accounts.standin import StandIn
+from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import attempts
 
 START = dt.datetime(2028, 2, 29, 23, 58, 30, tzinfo=dt.timezone.utc)  # a leap day, near a credit period's end
@@ -45,7 +46,7 @@ def child(t0, at, *args, **kwargs):
 def test_a_prompt_stopped_by_sigint_is_settled_by_a_later_reconcile_from_the_provider(user_path, ledger_path, monkeypatch):
     keys = {"ALPHA_KEY": make_key(), "ALPHA_ADMIN": make_key()}
     (user_path / "keys.json").write_text(json.dumps(keys))
-    save_accounts_file([Account("alpha", "ALPHA_KEY", 50 * NANO, admin_key_env="ALPHA_ADMIN")], None)
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 50 * NANO, admin_key_env="ALPHA_ADMIN", api_key_id=default_api_key_id("alpha"))], None)
     t0 = time.time()
     config = {
         "keys": [{"label": "alpha", "key": keys["ALPHA_KEY"], "organization": "org-alpha", "behaviour": "slow", "delay": 0.5}],

@@ -17,9 +17,11 @@ LATER = T0 + dt.timedelta(hours=1)
 CEILING = 10**9  # $1
 
 
-def attempt(id, at=T0, state="open", usage=None, outcome=None, cost=None, ceiling=CEILING, model=HAIKU):
-    if state == "settled" and outcome is None:
-        outcome = "complete"
+def attempt(id, at=T0, state="open", usage=None, outcome="", cost=None, ceiling=CEILING, model=HAIKU):
+    """An attempt; an open one defaults to a recorded unknown outcome (stream_closed), a settled one
+    to complete. ``outcome=None`` is an open attempt with none recorded: in flight, or killed."""
+    if outcome == "":
+        outcome = "complete" if state == "settled" else "stream_closed"
     if state == "settled" and cost is None and usage is not None:
         cost = price(usage.as_message_usage(), model, None)
     return pu.Attempt(id, "work", at, model, state, outcome, cost, ceiling, usage, current_revision().id)
@@ -55,6 +57,18 @@ def test_the_one_open_attempt_of_its_minute_settles_at_the_priced_usage():
     assert isinstance(verdict, pu.Settle)
     assert verdict.cost_nusd == price(U1.as_message_usage(), HAIKU, None)
     assert verdict.source_ref == f"usage_report:messages:2028-02-29T23:41Z:{KEY}:{HAIKU}"
+
+
+def test_an_open_attempt_with_no_outcome_recorded_is_kept_as_in_flight_however_old():
+    # No outcome: its stream may still be running (transport.TIMEOUT bounds each read, not the
+    # stream), so the report's minutes may hold only part of what it will use.
+    verdict = one(decide([attempt("a", outcome=None)], {(minute(T0), HAIKU): U1}, now=T0 + dt.timedelta(minutes=12)))
+    assert isinstance(verdict, pu.Keep) and verdict.reason == "in_flight"
+
+
+def test_an_attempt_sharing_its_minutes_with_one_in_flight_stays_open():
+    verdicts = decide([attempt("a"), attempt("b", T0 + dt.timedelta(seconds=3), outcome=None)], {(minute(T0), HAIKU): U1})
+    assert {(v.attempt_id, v.reason) for v in verdicts} == {("a", "ambiguous"), ("b", "in_flight")}
 
 
 def test_what_the_ledger_settled_in_the_minute_is_taken_away_first():
@@ -214,9 +228,9 @@ def test_open_attempts_an_hour_apart_are_read_as_separate_windows_with_a_margin(
 
 
 def test_an_attempt_quoted_under_a_revision_this_version_does_not_ship_stays_open_unpriced():
-    mine = pu.Attempt("a", "work", T0, HAIKU, "open", None, None, CEILING, None, "anthropic-1999-01-01")
+    mine = pu.Attempt("a", "work", T0, HAIKU, "open", "stream_closed", None, CEILING, None, "anthropic-1999-01-01")
     verdicts = pu.decide([mine], {(minute(T0), HAIKU): U1}, covered_around(T0), key_id=KEY, now=LATER, price=pu.price_with_revision)
     assert one(verdicts).reason == "unpriced"
-    shipped = pu.Attempt("b", "work", T0, HAIKU, "open", None, None, CEILING, None, current_revision().id)
+    shipped = pu.Attempt("b", "work", T0, HAIKU, "open", "stream_closed", None, CEILING, None, current_revision().id)
     verdicts = pu.decide([shipped], {(minute(T0), HAIKU): U1}, covered_around(T0), key_id=KEY, now=LATER, price=pu.price_with_revision)
     assert one(verdicts).cost_nusd == price(U1.as_message_usage(), HAIKU, None)
