@@ -31,3 +31,11 @@ def register_commands(cli):
     from .cli import accounts
 
     cli.add_command(accounts)
+
+
+def cost_of(response):
+    """What a routed response cost and which account paid: a ``cost.Cost`` in integer
+    nanodollars (``spent_nusd``, ``held_nusd``, ``account``), or None for an unrouted one."""
+    from .cost import cost_of as _cost_of
+
+    return _cost_of(response)

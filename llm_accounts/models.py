@@ -17,7 +17,7 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, payload, room, scrub, transport, wire
+from . import classify, cost, payload, room, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
@@ -153,7 +153,7 @@ class _Shared:
                 response.add_tool_call(
                     llm.ToolCall(tool_call_id=block.get("id"), name=block.get("name"), arguments=block.get("input") or {})
                 )
-        set_usage(response, usage)
+        set_usage(response, usage, cost.cost_from_routing(routing))
         served = clean.get("model")
         if isinstance(served, str) and call.revision_knows(served):
             # Only a model the price revision names: never provider text of another shape.
@@ -223,7 +223,8 @@ def refusal(message, secret_text, attempt):
     )
 
 
-def set_usage(response, usage):
+def set_usage(response, usage, spent=None):
+    """llm's usage, with what the prompt cost and which account paid (``cost.usage_details``)."""
     details = {
         name: value
         for name, value in usage.items()
@@ -233,6 +234,7 @@ def set_usage(response, usage):
         del details["cache_creation"]
     if details.get("inference_geo") == "not_available":
         del details["inference_geo"]
+    details.update(cost.usage_details(spent))
     response.set_usage(
         input=_count_or_none(usage.get("input_tokens")),
         output=_count_or_none(usage.get("output_tokens")),

@@ -131,7 +131,13 @@ class RoutedCall:
         self.tried.append(reservation.account)
         self.retrying = self.retried_error = None
         self.records.append(
-            {"id": attempt_id, "account": reservation.account, "outcome": None, "cost_nusd": None}
+            {
+                "id": attempt_id,
+                "account": reservation.account,
+                "outcome": None,
+                "cost_nusd": None,
+                "ceiling_nusd": reservation.ceiling_nusd,
+            }
         )
         account = self._account(reservation.account)
         missing = None

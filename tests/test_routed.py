@@ -63,7 +63,7 @@ def test_llm_logs_keep_usage_and_the_routing_object(accounts, user_path, ledger_
     routing = json.loads(turn["response_json"])["routing"]
     assert routing["account"] == row["account"]
     assert routing["attempts"] == [
-        {"id": row["id"], "account": row["account"], "outcome": "complete", "cost_nusd": row["cost_nusd"]}
+        {"id": row["id"], "account": row["account"], "outcome": "complete", "cost_nusd": row["cost_nusd"], "ceiling_nusd": row["ceiling_nusd"]}
     ]
     assert routing["price_revision"] == row["price_revision"]
 
