@@ -380,8 +380,9 @@ def _warn_if_overridden():
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
 @click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key, to settle unknown outcomes from its usage report")
 @click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...; an id, not a secret)")
+@click.option("--warn-at", metavar="PCTS", help="Warn on stderr when spend passes these percents of the budget, such as 80,95 (the default), or off")
 @click.option("--replace", is_flag=True, help="Declare an existing account of this name anew (settings not given return to their defaults)")
-def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, replace):
+def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, warn_at, replace):
     """Declare an account in accounts.json in the llm user directory.
 
     The key itself is never written: KEY_ENV names where to find it at call time
@@ -420,7 +421,7 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     try:
         account = account_from_options(
             name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only,
-            admin_key_env=admin_key_env, api_key_id=api_key_id,
+            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at,
         )
         _check_against_ledger(account)
         path, replaced = add_account(account, replace=replace)
@@ -472,15 +473,16 @@ def _echo_changes(old, new):
 )
 @click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key")
 @click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...)")
+@click.option("--warn-at", metavar="PCTS", help="Warn on stderr when spend passes these percents of the budget, such as 80,95 (the default), or off")
 @click.option(
     "clear",
     "--clear",
     multiple=True,
-    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps", "admin-key"]),
+    type=click.Choice(["daily-budget", "rank", "weight", "models", "client-caps", "admin-key", "warn-at"]),
     help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps, "
-    "no admin key or key id (repeatable)",
+    "no admin key or key id, warnings at 80,95 (repeatable)",
 )
-def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, admin_key_env, api_key_id, clear):
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, admin_key_env, api_key_id, warn_at, clear):
     """Change some settings of a declared account in accounts.json and keep the others.
 
     Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
@@ -494,11 +496,12 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
         llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
         llm accounts set work --clear daily-budget --clear models
         llm accounts set work --admin-key-env WORK_ADMIN_KEY
+        llm accounts set work --warn-at 50,90
     """
     from .declarations import changed_settings, set_account
     from .errors import AccountsError
 
-    given = (budget, daily_budget, rank, weight, clients_only, admin_key_env, api_key_id)
+    given = (budget, daily_budget, rank, weight, clients_only, admin_key_env, api_key_id, warn_at)
     if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
         fail(AccountsError(
             "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
@@ -508,7 +511,7 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
         return changed_settings(
             account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
             client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only,
-            admin_key_env=admin_key_env, api_key_id=api_key_id, clear=clear,
+            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at, clear=clear,
         )
 
     try:
@@ -894,7 +897,8 @@ def _table(rows):
 
 @accounts.command()
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
-def status(json_):
+@click.option("--check", is_flag=True, help="Exit 1 when an account is past a warning threshold, blocked or failing (one line each on stderr)")
+def status(json_, check):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
@@ -905,6 +909,10 @@ def status(json_):
     Example:
         llm accounts status
         llm accounts status --json
+        llm accounts status --check || notify-me   # for cron and CI
+
+    --check prints the status as usual, then one line per problem on stderr and exits 1 if
+    there is any (0 when all is well, 2 on a usage error).
     """
     from .errors import AccountsError
     from .money import usd, usd_fine
@@ -931,6 +939,7 @@ def status(json_):
     except AccountsError as error:
         fail(error)
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
+    problems = _check_problems(lines, declared) if check else []
     if json_:
         echo_json(
             {
@@ -940,6 +949,7 @@ def status(json_):
                 "warnings": _small_limits(declared),
             }
         )
+        _exit_on_problems(problems)
         return
     _warn_small_limits(declared)
     if not declared:
@@ -1013,6 +1023,28 @@ def status(json_):
             fail(error)
         if note:
             click.echo(note)
+    _exit_on_problems(problems)
+
+
+def _check_problems(lines, declared):
+    """``status --check``'s problems: an account past a warning threshold, blocked or failing
+    (docs/architecture.md "Budget warnings")."""
+    from . import thresholds
+
+    by_name = {account.name: account for account in declared}
+    problems = []
+    for line in lines:
+        account = by_name.get(line.name)
+        warn_at = account.warn_thresholds if account is not None else thresholds.DEFAULT_WARN_AT
+        problems.extend(thresholds.check_problems(line, warn_at))
+    return problems
+
+
+def _exit_on_problems(problems):
+    for problem in problems:
+        click.echo(f"llm-accounts: check: {problem}", err=True)
+    if problems:
+        raise SystemExit(1)
 
 
 def _warm_json(warmth):

@@ -58,6 +58,7 @@ FIELDS = (
     "clients_only",
     "admin_key_env",
     "api_key_id",
+    "warn_at",
 )
 REQUIRED = ("name", "key_env", "budget_usd")
 # Ranks and weights are small orderings, not money; the bound keeps them far inside SQLite's int64.
@@ -90,6 +91,15 @@ class Account:
     # key's id in the usage report (docs/architecture.md "Settling from the provider").
     admin_key_env: str | None = None
     api_key_id: str | None = None
+    # Budget warning thresholds in percent, rising (docs/architecture.md "Budget warnings"); None:
+    # the default (thresholds.DEFAULT_WARN_AT), () no warnings.
+    warn_at: tuple[int, ...] | None = None
+
+    @property
+    def warn_thresholds(self):
+        from .thresholds import DEFAULT_WARN_AT
+
+        return DEFAULT_WARN_AT if self.warn_at is None else self.warn_at
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,6 +213,32 @@ def _api_key_id(value, field):
             "(an id, never the key itself)"
         )
     return value
+
+
+MAX_WARN_AT = 5
+
+
+def _warn_at(value, field):
+    """Budget warning thresholds: a list of up to 5 whole percents from 1 to 100, rising; [] is off."""
+    rule = f"must be a list of up to {MAX_WARN_AT} rising whole percents from 1 to 100, such as [80, 95] ([] turns warnings off)"
+    if not isinstance(value, list) or len(value) > MAX_WARN_AT:
+        raise invalid(f"{field}: {rule}")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item <= 100:
+            raise invalid(f"{field}: {rule}")
+    if any(later <= earlier for earlier, later in zip(value, value[1:])):
+        raise invalid(f"{field}: {rule}")
+    return tuple(value)
+
+
+def _warn_at_option(text, option="--warn-at"):
+    """``--warn-at 80,95`` (or ``off``) as thresholds; errors name the option, never the value."""
+    if text.strip().lower() in ("off", "none", ""):
+        return ()
+    parts = text.split(",")
+    if not all(re.fullmatch(r"\s*[0-9]{1,3}\s*", part) for part in parts):
+        raise invalid(f"{option}: must be whole percents separated by commas, such as 80,95, or off")
+    return _warn_at([int(part) for part in parts], option)
 
 
 def _integer(value, field, minimum, maximum, example):
@@ -328,6 +364,7 @@ def parse_account(item, field):
         client_tokens=client_tokens,
         admin_key_env=_key_env(item["admin_key_env"], field("admin_key_env")) if "admin_key_env" in item else None,
         api_key_id=_api_key_id(item["api_key_id"], field("api_key_id")) if "api_key_id" in item else None,
+        warn_at=_warn_at(item["warn_at"], field("warn_at")) if "warn_at" in item else None,
     )
 
 
@@ -440,6 +477,7 @@ def account_from_options(
     clients_only=False,
     admin_key_env=None,
     api_key_id=None,
+    warn_at=None,
 ):
     """Build an account from ``llm accounts add``'s text options; errors name the option."""
     for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
@@ -464,6 +502,8 @@ def account_from_options(
             raise invalid("--admin-key-env: names the same variable as --key-env; an Admin API key is not an API key")
     if api_key_id is not None:
         fields["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
+    if warn_at is not None:
+        fields["warn_at"] = _warn_at_option(warn_at)
     return Account(
         **fields,
         clients=tuple(sorted(dollar_caps.items())),
@@ -473,12 +513,12 @@ def account_from_options(
 
 
 #: What ``llm accounts set --clear`` takes: each optional setting, named like its option.
-CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps", "admin-key")
+CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps", "admin-key", "warn-at")
 
 
 def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weight=None, models=(),
                      client_caps=(), remove_clients=(), clients_only=None, admin_key_env=None, api_key_id=None,
-                     clear=()):
+                     warn_at=None, clear=()):
     """``account`` with only the settings given changed (``llm accounts set``); the rest are kept.
 
     ``clear`` names settings (``CLEARABLE``) that return to their defaults; client caps are
@@ -489,7 +529,7 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
     """
     for setting, given in (
         ("daily-budget", daily_budget), ("rank", rank), ("weight", weight), ("models", models or None),
-        ("admin-key", admin_key_env or api_key_id),
+        ("admin-key", admin_key_env or api_key_id), ("warn-at", warn_at),
     ):
         if setting in clear and given is not None:
             option = {"models": "--model", "admin-key": "--admin-key-env or --api-key-id"}.get(setting, f"--{setting}")
@@ -534,6 +574,10 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
             raise invalid("--admin-key-env: names the same variable as the account's key_env; an Admin API key is not an API key")
     if api_key_id is not None:
         changes["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
+    if warn_at is not None:
+        changes["warn_at"] = _warn_at_option(warn_at)
+    elif "warn-at" in clear:
+        changes["warn_at"] = None
     if dataclasses.replace(account, **changes).clients_only and not (dollars or tokens):
         if "client-caps" in clear:
             raise invalid(
@@ -562,6 +606,9 @@ def _setting_texts(account):
         "clients_only": "true" if account.clients_only else "false",
         "admin_key_env": account.admin_key_env or "none",
         "api_key_id": account.api_key_id or "none",
+        "warn_at": (
+            "default (80, 95)" if account.warn_at is None else ", ".join(map(str, account.warn_at)) or "off"
+        ),
     }
     for label, cap in account.clients:
         texts[f"clients.{label}.budget_usd"] = money(cap)
@@ -833,6 +880,8 @@ def account_to_json(account):
         data["admin_key_env"] = account.admin_key_env
     if account.api_key_id is not None:
         data["api_key_id"] = account.api_key_id
+    if account.warn_at is not None:
+        data["warn_at"] = list(account.warn_at)
     return data
 
 

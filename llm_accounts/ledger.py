@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 
-from . import cache_savings, clock, health, selection
+from . import cache_savings, clock, health, selection, thresholds
 from .ledger_sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
 from .errors import AccountsError
 from .money import INT64_MAX
@@ -1327,6 +1327,60 @@ class Ledger:
             }
 
         return self._run("warm_summary", run, write=False)
+
+    def claim_budget_warnings(self, account, warn_at, *, provider="anthropic", now=None):
+        """The thresholds of ``warn_at`` this period's spend has newly reached, recorded so no
+        process warns of them again (docs/architecture.md "Budget warnings").
+
+        Returns ``(thresholds, spent_nusd, budget_nusd, resets_at)``; ``thresholds`` is empty when
+        there is nothing new to say. A read decides first, so a prompt below every threshold takes
+        no write lock; the write is one transaction, and a row another process inserted first
+        wins (its threshold is not returned here).
+        """
+        at = now or clock.now()
+        month = clock.credit_month(at)
+        resets_at = clock.isoformat(clock.credit_period(month)[1])
+
+        def read(conn):
+            row = conn.execute(
+                """SELECT m.budget_nusd,
+                     (SELECT COALESCE(SUM(o.cost_nusd), 0) FROM month_outcome o WHERE o.month_utc = m.month_utc
+                       AND o.provider = m.provider AND o.account = m.name)
+                     + (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = m.provider
+                       AND j.account = m.name AND j.month_utc = m.month_utc) AS spent_nusd
+                   FROM month m WHERE m.provider = ? AND m.name = ? AND m.month_utc = ?""",
+                (provider, account, month),
+            ).fetchone()
+            if row is None:
+                return (), 0, None
+            warned = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT threshold FROM budget_warning WHERE provider = ? AND account = ? AND month_utc = ?",
+                    (provider, account, month),
+                )
+            }
+            passed = thresholds.reached(row["spent_nusd"], row["budget_nusd"], warn_at)
+            return tuple(t for t in passed if t not in warned), row["spent_nusd"], row["budget_nusd"]
+
+        new, spent, budget = self._run("budget_warnings", read, write=False)
+        if not new:
+            return (), spent, budget, resets_at
+
+        def record(conn):
+            ts = clock.isoformat(at)
+            claimed = []
+            for threshold in new:
+                cursor = conn.execute(
+                    """INSERT INTO budget_warning (provider, account, month_utc, threshold, spent_nusd, warned_at)
+                       VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING""",
+                    (provider, account, month, threshold, spent, ts),
+                )
+                if cursor.rowcount == 1:
+                    claimed.append(threshold)
+            return tuple(claimed)
+
+        return self._run("budget_warnings", record), spent, budget, resets_at
 
     def spend(self, account=None, month_utc=None, *, provider="anthropic"):
         """Spend per account and credit period, summed from the attempt and adjustment rows."""

@@ -472,5 +472,5 @@ class PostgresBackend:
 TOTALS_TABLES = ("day", "month_outcome", "month_client")
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
-                *TOTALS_TABLES, "warm_month", "host_health", "waiter")
+                *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")
 assert set(EXPORT_ORDER) == set(schema.TABLE_NAMES), "a table added to schema.TABLE_NAMES must be exported"

@@ -143,6 +143,9 @@ class _Shared:
             # and the attempt keeps its ceiling until reconciled (docs/errors.md "After delivery").
             _warn(_after_delivery(attempt, error))
             routing = call.routing(paid_by=attempt.account)
+        else:
+            if routing is not None:
+                call.warn_budget(attempt.account)
         clean = scrub.scrub_json(message, secret_text) if secret_text else dict(message)
         usage = clean.pop("usage", None) or {}
         if routing is not None:

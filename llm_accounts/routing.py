@@ -19,7 +19,7 @@ import dataclasses
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, transport
+from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, thresholds, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -424,6 +424,12 @@ class RoutedCall:
         account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
         automatic = notices.settles_automatically(account)
         notices.say(notices.held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome, automatic=automatic))
+
+    def warn_budget(self, name):
+        """Warn before the wall (docs/architecture.md "Budget warnings")."""
+        account = next((a for a in self.declaration.accounts if a.name == name), None)
+        if account is not None:
+            thresholds.warn_after_settlement(self.ledger, account)
 
     def routing(self, paid_by=None):
         return {

@@ -149,6 +149,18 @@ CREATE TABLE IF NOT EXISTS model_health (
     FOREIGN KEY (provider, account) REFERENCES account (provider, name)
 );
 
+-- The budget thresholds already warned of (docs/architecture.md "Budget warnings"): one row per
+-- account, credit period and threshold, so a warning is said once across every process.
+CREATE TABLE IF NOT EXISTS budget_warning (
+    provider    TEXT NOT NULL,
+    account     TEXT NOT NULL,
+    month_utc   TEXT NOT NULL,
+    threshold   INTEGER NOT NULL CHECK (threshold BETWEEN 1 AND 100),
+    spent_nusd  INTEGER NOT NULL,
+    warned_at   TEXT NOT NULL,
+    PRIMARY KEY (provider, account, month_utc, threshold)
+);
+
 -- A machine's view of the path to the provider (docs/architecture.md "Failure classes and health"):
 -- the health of the host classes (transport) seen from one host, kept per host so one machine's
 -- broken network never cools an account for the others. The columns and rules are health's.
@@ -425,6 +437,7 @@ TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_pre
                "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
                "warm_month",  # warm_month: issue 13, gained on open
                "host_health",  # per-host transport health (issue 25), gained on open
+               "budget_warning",  # thresholds warned of (issue 23), gained on open
                "waiter")  # version 3
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.
