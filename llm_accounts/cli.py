@@ -951,18 +951,25 @@ def status(json_):
     for line in lines:
         today = "-"
         if line.daily_budget_nusd is not None:
-            today = f"{usd_fine(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+            today = (
+                f"{usd_fine(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+                f", {usd_fine(max(line.today_remaining_nusd, 0))} left"
+            )
         health = line.health
         if health in ("cooling", "probing") and line.failure_class:
             health = f"{health} ({line.failure_class})"
             if line.cooldown_until and health.startswith("cooling"):
                 health += f" until {line.cooldown_until[11:16]} UTC"
         notes = []
+        if line.removed_at:
+            notes.append(f"REMOVED {line.removed_at[:16].replace('T', ' ')} UTC (llm accounts remove)")
         if line.blocked_reason:
             notes.append(f"BLOCKED ({line.blocked_reason})")
+        if line.failing_since:
+            notes.append(f"failing since {line.failing_since[:16].replace('T', ' ')} UTC")
         if line.config_conflict:
             notes.append("declaration differs from this period's budget")
-        if not line.declared:
+        if not line.declared and not line.removed_at:
             notes.append("not declared")
         if line.open_attempts:
             notes.append(f"{line.open_attempts} open")
@@ -1003,6 +1010,13 @@ def status(json_):
         click.echo("\n" + _warm_line(warmth))
     first = lines[0]
     click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+    # The pace forecast of each account still in use (docs/architecture.md "Pace forecast").
+    from .forecast import sentence
+
+    for line in lines:
+        if line.forecast is not None and not line.removed_at:
+            left = f"{usd_fine(line.forecast.per_day_left_nusd)} a day left to last the period"
+            click.echo(f"Pace: {sentence(line.name, line.forecast)}; {left}")
     # The usage-report pass that runs after prompts says nothing in a prompt; its failure is said here.
     if any(account.admin_key_env for account in declared):
         from . import provider_pass
