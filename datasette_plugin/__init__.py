@@ -6,6 +6,8 @@ dashboard at ``/-/llm-accounts`` and the same figures as JSON at ``/-/llm-accoun
 from ``startup()``. Both are implemented so the plugin works on either.
 """
 
+import json
+
 from datasette import hookimpl
 from datasette.utils.asgi import Forbidden, Response
 
@@ -157,15 +159,27 @@ async def dashboard_view(datasette, request):
 
 async def dashboard_json(datasette, request):
     """The dashboard's figures for scripts (README "Datasette"): per ledger, each account's
-    budget, spend, open ceilings, remaining, today and health, and the credit period's days."""
+    budget, spend, open ceilings, remaining, today, health and pace, and the credit period's days.
+
+    ``_shape`` follows Datasette's JSON conventions, the accounts being the rows: none gives the
+    whole document; ``objects`` the accounts as objects under ``rows``; ``array`` a bare array of
+    them (``_nl=1``: one per line); ``arrays`` ``columns`` and ``rows`` of values."""
+    shape = request.args.get("_shape")
+    if shape not in dashboard.SHAPES:
+        return Response.json(
+            {"ok": False, "error": f"Invalid _shape: use one of {', '.join(dashboard.SHAPES[1:])}", "status": 400},
+            status=400,
+        )
     now = clock.now()
     ledgers = await _ledgers(datasette, request, now)
-    return Response.json(
-        {
-            "now": clock.isoformat(now),
-            "ledgers": [
-                {"database": ledger["name"], "outdated": True} if ledger.get("outdated") else dashboard.as_json(ledger)
-                for ledger in ledgers
-            ],
-        }
-    )
+    document = {
+        "now": clock.isoformat(now),
+        "ledgers": [
+            {"database": ledger["name"], "outdated": True} if ledger.get("outdated") else dashboard.as_json(ledger)
+            for ledger in ledgers
+        ],
+    }
+    shaped = dashboard.shaped(document, shape)
+    if shape == "array" and request.args.get("_nl"):
+        return Response.text("\n".join(json.dumps(row) for row in shaped))
+    return Response.json(shaped)

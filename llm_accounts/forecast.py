@@ -81,9 +81,11 @@ def forecast(budget_nusd, spent_nusd, open_nusd, daily_settled, now):
         return Forecast(state="spent", runs_out_on=None, **common)
     if window_nusd <= 0:
         return Forecast(state="idle", runs_out_on=None, **common)
-    runs_out = now + dt.timedelta(seconds=left * elapsed_s // window_nusd)
-    if runs_out >= end:
+    # Compared in whole seconds first: a pace of a few nanodollars lasts beyond any datetime.
+    seconds = left * elapsed_s // window_nusd
+    if seconds >= (end - now).total_seconds():
         return Forecast(state="lasts", runs_out_on=None, **common)
+    runs_out = now + dt.timedelta(seconds=seconds)
     return Forecast(state="runs_out", runs_out_on=runs_out.date().isoformat(), **common)
 
 

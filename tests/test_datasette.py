@@ -7,6 +7,7 @@ the real clock, since the queries compare them with SQLite's ``now``.
 """
 
 import datetime as dt
+import json
 import os
 import pathlib
 import re
@@ -960,3 +961,65 @@ async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(le
     (account,) = ledger["accounts"]
     assert {"level": "warn", "label": "Unreachable from m1 (transport)"} in account["marks"]
     assert account["status"] == "ok"  # the account itself is healthy
+
+
+# Pace, exact last success and _shape (README "Datasette")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_last_success_is_the_newest_complete_attempt_not_a_stale_health_row(ledger, at_now):
+    sqlite_utils.Database(ledger).execute(
+        "update health set last_success_at = ? where account = 'gamma'", [clock.isoformat(NOW - 2 * DAY)]
+    ).connection.commit()
+    html = await dashboard_html(Datasette([str(ledger)]))
+    assert account_row(html, "gamma").endswith("2026-11-04 11:00")  # g4, newer than the health row's
+
+
+@pytest.mark.asyncio
+async def test_dashboard_says_how_long_each_budget_lasts_at_this_pace(ds, at_now):
+    html = await dashboard_html(ds)
+    # alpha: $43.999999999 left over the 25 days (today counted whole) to 2026-11-30.
+    assert (
+        "Pace: at this pace alpha lasts until the period resets 2026-11-30; $1.76 a day left to last the period"
+    ) in html
+    assert "Pace: beta has nothing left of its budget; the period resets 2026-11-30" in html
+    assert "Pace: omega has no settled spend since 2026-10-31, so no pace to forecast" in html
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_carries_the_pace_forecast(ds, at_now):
+    (ledger,) = (await ds.client.get("/-/llm-accounts.json")).json()["ledgers"]
+    alpha = next(account for account in ledger["accounts"] if account["account"] == "alpha")
+    assert (alpha["forecast"]["state"], alpha["forecast"]["runs_out_on"], alpha["forecast"]["resets_on"]) == (
+        "lasts", None, "2026-11-30"
+    )
+    # $4.000000001 settled in the 5.5 days since the period began (2026-10-31T00:00Z).
+    assert alpha["forecast"]["rate_per_day"]["nusd"] == 4_000_000_001 * 86400 // (5 * 86400 + 43200)
+    assert alpha["forecast"]["per_day_left"]["nusd"] == 43_999_999_999 // 25
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_array_shape_is_the_accounts(ds, at_now):
+    rows = (await ds.client.get("/-/llm-accounts.json?_shape=array")).json()
+    assert [(row["database"], row["account"]) for row in rows][:2] == [("accounts-ledger", "alpha"), ("accounts-ledger", "beta")]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_arrays_and_objects_shapes(ds, at_now):
+    arrays = (await ds.client.get("/-/llm-accounts.json?_shape=arrays")).json()
+    objects = (await ds.client.get("/-/llm-accounts.json?_shape=objects")).json()
+    assert arrays["columns"][:2] == ["database", "account"]
+    assert [dict(zip(arrays["columns"], row)) for row in arrays["rows"]] == objects["rows"]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_newline_delimited_array(ds, at_now):
+    text = (await ds.client.get("/-/llm-accounts.json?_shape=array&_nl=1")).text
+    assert [json.loads(line)["account"] for line in text.splitlines()][:1] == ["alpha"]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_refuses_an_unknown_shape(ds, at_now):
+    response = await ds.client.get("/-/llm-accounts.json?_shape=rows")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("Invalid _shape")

@@ -83,3 +83,8 @@ def test_open_ceilings_count_against_what_is_left():
 
 def test_no_budget_no_forecast():
     assert forecast(None, 0, 0, {}, at("2026-12-05T12:00:00")) is None
+
+
+def test_a_pace_of_a_nanodollar_lasts_without_overflow():
+    f = forecast(10**18, 1, 0, {"2026-12-05": 1}, at("2026-12-05T12:00:00"))
+    assert f.state == "lasts" and f.rate_nusd_per_day == 0
