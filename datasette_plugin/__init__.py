@@ -35,10 +35,11 @@ def route_name(datasette, query, tables):
     """The name to link ``query`` by.
 
     Datasette 0.65 serves a canned query before a table of the same name; the 1.0 alphas serve
-    the table, so there a query named like a table (``health``) is linked by its alias.
+    the table, so there a query named like a table (``health``) is registered and linked by its
+    alias alone (``startup``), and listed once.
     """
-    if hasattr(datasette, "add_query") and query.name in tables and query.alias:
-        return query.alias
+    if hasattr(datasette, "add_query"):
+        return query.unshadowed_name
     return query.name
 
 
@@ -65,17 +66,17 @@ def startup(datasette):
             if not await has_totals(db):
                 continue
             for query in QUERIES:
-                for name in query.names:
-                    await datasette.add_query(
-                        db.name,
-                        name,
-                        query.sql,
-                        title=query.title,
-                        description=query.description,
-                        parameters=list(query.params),
-                        is_trusted=True,
-                        source=SOURCE,
-                    )
+                await datasette.add_query(
+                    db.name,
+                    query.unshadowed_name,
+                    query.sql,
+                    title=query.title,
+                    description=query.description,
+                    hide_sql=True,
+                    parameters=list(query.params),
+                    is_trusted=True,
+                    source=SOURCE,
+                )
 
     return inner
 
