@@ -898,8 +898,12 @@ def status(json_):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
-    previous month). "open" is the worst-case ceiling of attempts not yet settled. A limit below
-    the ceiling of a plain claude-routed prompt is warned about (in --json, under "warnings").
+    previous month). "open" is the worst-case ceiling of attempts not yet settled; "today" is the
+    day's spend and what is left of a daily budget. Notes say since when a failing account fails
+    and which accounts 'llm accounts remove' removed. Under the table, each account's pace: when
+    its budget runs out at the rate of its last 7 days' settled spend, against the period's reset,
+    and how much a day is left to last the period. A limit below the ceiling of a plain
+    claude-routed prompt is warned about (in --json, under "warnings").
 
     \b
     Example:

@@ -1039,3 +1039,16 @@ async def test_query_pages_hide_their_sql(ds):
     body = html.split("<body", 1)[1]  # (Datasette 0.65 puts the SQL in the page's <title>)
     assert "with spend as" not in body
     assert "_show_sql=1" in html  # one click shows it
+
+
+def test_every_readme_example_with_metadata_yml_names_a_database_it_covers():
+    # Datasette names a database after its file's stem; metadata.yml's queries sit under
+    # `databases: <name>:` for the names it covers, so another file name shows no queries.
+    from llm_accounts.paths import ledger_path
+
+    readme = (ROOT / "README.md").read_text()
+    files = re.findall(r"datasette (\S+) -[mc] metadata\.yml", readme)
+    assert files
+    for file in files:
+        stem = pathlib.Path(ledger_path()).stem if "llm accounts path" in file else pathlib.Path(file).stem
+        assert stem in metadata()["databases"], file
