@@ -132,3 +132,14 @@ def test_status_json_carries_the_forecast_in_nanodollars(declared):
     assert alpha["forecast"]["runs_out_on"] == "2026-12-14"
     assert alpha["forecast"]["per_day_left_nusd"] == 40 * NANO // 21
     assert alpha["failing_since"] is None and alpha["removed_at"] is None
+
+
+def test_status_lists_a_removed_account_as_removed(declared, monkeypatch):
+    with Ledger() as ledger:
+        spend(ledger, declared["beta"], "b1", NANO, T0)
+        ledger.mark_removed("beta", now=T0)
+    monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps(json.loads(DECLARATION)[:1]))
+    lines = run("status").output.splitlines()
+    beta_line = next(line for line in lines if line.startswith("beta"))
+    assert "REMOVED 2026-12-10 12:00 UTC" in beta_line and "not declared" not in beta_line
+    assert not any(line.startswith("Pace: beta") for line in lines)
