@@ -5,9 +5,7 @@ says so. The ledger records each threshold warned of per account and credit peri
 (``budget_warning``), so any number of processes warn once.
 """
 
-import datetime as dt
-
-from . import clock
+from . import clock, forecast
 from .money import usd, usd_fine
 
 #: Percent of the budget at which a routed prompt warns, unless the account declares ``warn_at``.
@@ -29,25 +27,13 @@ def percent(spent_nusd, budget_nusd):
     return spent_nusd * 100 // budget_nusd
 
 
-def runs_out(spent_nusd, budget_nusd, start, now):
-    """When the budget runs out if the period goes on at its pace so far: a plain rate, spend over
-    the time since the period started, in whole seconds and integers. None before any spend."""
-    elapsed = int((now - start).total_seconds())
-    if spent_nusd <= 0 or elapsed <= 0:
-        return None
-    return start + dt.timedelta(seconds=elapsed * budget_nusd // spent_nusd)
-
-
-def warning_line(account, threshold, spent_nusd, budget_nusd, resets_at, runs_out_at=None):
-    """The one stderr line for the highest threshold a prompt crossed; the forecast is said only
-    when the budget runs out before the period resets."""
-    pace = ""
-    if runs_out_at is not None and clock.isoformat(runs_out_at) < resets_at:
-        pace = f"at this pace it runs out about {runs_out_at.date().isoformat()}; "
+def warning_line(account, threshold, spent_nusd, budget_nusd, pace):
+    """The one stderr line for the highest threshold a prompt crossed; ``pace`` is the pace
+    forecast's sentence (``forecast.sentence``), the same words ``llm accounts status`` uses."""
+    pace = f"; {pace}" if pace else ""
     return (
         f"budget warning: account '{account}' has spent {usd_fine(spent_nusd)} of its {usd(budget_nusd)} budget "
-        f"({percent(spent_nusd, budget_nusd)} %, past its {threshold} % threshold); "
-        f"{pace}the credit period resets {resets_at[:10]} (see: llm accounts status)"
+        f"({percent(spent_nusd, budget_nusd)} %, past its {threshold} % threshold){pace} (see: llm accounts status)"
     )
 
 
@@ -83,10 +69,17 @@ def warn_after_settlement(ledger, account):
         return
     now = clock.now()
     try:
-        new, spent, budget, resets_at = ledger.claim_budget_warnings(account.name, account.warn_thresholds, now=now)
+        new, spent, budget, _ = ledger.claim_budget_warnings(account.name, account.warn_thresholds, now=now)
     except AccountsError:
         return
-    if new:
-        start = clock.credit_period(clock.credit_month(now))[0]
-        line = warning_line(account.name, new[-1], spent, budget, resets_at, runs_out(spent, budget, start, now))
-        notices.say(f"llm-accounts: {line}")
+    if not new:
+        return
+    # Only a prompt that claimed a warning reads the status for its forecast: rare, so cheap; the
+    # warning is said without it if that read fails.
+    try:
+        lines = ledger.status([account], now=now)
+    except AccountsError:
+        lines = []
+    found = [line.forecast for line in lines if line.name == account.name and line.forecast is not None]
+    pace = forecast.sentence(account.name, found[0]) if found else ""
+    notices.say(f"llm-accounts: {warning_line(account.name, new[-1], spent, budget, pace)}")
