@@ -1,8 +1,9 @@
 """Warn before the wall: budget thresholds (docs/architecture.md "Budget warnings").
 
-Pure rules: which thresholds of an account's budget its spend has reached, and the one line that
-says so. The ledger records each threshold warned of per account and credit period
-(``budget_warning``), so any number of processes warn once.
+Pure rules: which thresholds of an account's budget its spend has reached, the one line that says
+so, and what ``llm accounts status --check`` reports. The ledger records each threshold warned of
+per account and credit period (``budget_warning``), so any number of processes warn once;
+``warn_after_settlement`` at the end is the one step that asks it.
 """
 
 from . import clock, forecast
