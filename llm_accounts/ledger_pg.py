@@ -244,6 +244,28 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE OR REPLACE FUNCTION llm_accounts_attempt_model() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's attempt_model_* triggers do.
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE month_model SET attempts = month_model.attempts - 1,
+            settled_nusd = month_model.settled_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = month_model.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        WHERE month_model.month_utc = OLD.month_utc AND month_model.provider = OLD.provider
+            AND month_model.account = OLD.account AND month_model.model = OLD.requested_model;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.requested_model, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT (month_utc, provider, account, model) DO UPDATE SET attempts = month_model.attempts + 1,
+        settled_nusd = month_model.settled_nusd + excluded.settled_nusd,
+        open_nusd = month_model.open_nusd + excluded.open_nusd;
+    RETURN NEW;
+END $$;
+
 DROP TRIGGER IF EXISTS attempt_totals ON attempt;
 CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
     rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
@@ -252,6 +274,9 @@ DROP TRIGGER IF EXISTS attempt_client ON attempt;
 CREATE TRIGGER attempt_client AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd, tokens,
     ceiling_tokens ON attempt
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_client();
+DROP TRIGGER IF EXISTS attempt_model ON attempt;
+CREATE TRIGGER attempt_model AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_model();
 """
 
 EXTRA = f"""
@@ -469,7 +494,7 @@ class PostgresBackend:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
 
 
-TOTALS_TABLES = ("day", "month_outcome", "month_client")
+TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model")
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "waiter")
