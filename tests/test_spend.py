@@ -222,3 +222,15 @@ def test_attempts_csv_lists_money_as_nanodollars_and_exact_dollars(filled):
     assert [row["id"] for row in table] == ["a2", "a1"]
     assert table[1]["cost_nusd"] == "300000000" and table[1]["cost_usd"] == "0.300000000"
     assert table[1]["requested_model"] == SONNET and table[1]["scope_id"] == "c1"
+
+
+def test_spend_by_gives_the_same_rows_on_sqlite_and_postgresql(ledger_location):
+    with Ledger(ledger_location) as ledger:
+        history(ledger)
+        got = {by: ledger.spend_by(by, "2026-12") for by in ledger.SPEND_DIMENSIONS}
+        got["client_filter"] = ledger.spend_by("model", "2026-12", client="nightly", account="work")
+    assert [row["key"] for row in got["day"]] == ["2026-11-30", "2026-12-10", "2026-12-11"]
+    assert {row["key"]: row["open_nusd"] for row in got["account"]} == {"work": 0, "home": 2 * NANO + 7}
+    assert {row["key"]: row["settled_nusd"] for row in got["client"]} == {"nightly": 320_000_000, None: 100_000_000}
+    assert [(row["key"], row["settled_nusd"]) for row in got["conversation"]] == [("c2", 0), ("c1", 320_000_000), ("c3", 100_000_000)]
+    assert [(row["key"], row["attempts"]) for row in got["client_filter"]] == [(SONNET, 1), (HAIKU, 1)]
