@@ -1368,10 +1368,11 @@ class Ledger:
         ``key``, ``attempts``, ``settled_nusd`` (costs of settled attempts) and ``open_nusd``
         (ceilings still held), never summed into one figure (docs/architecture.md "Spend").
 
-        Without ``client``, account, model, client and day read the totals tables the attempt
-        triggers keep (``month_model``, ``month_client``, ``day``): a few rows per period however
-        long the history. A client filter or ``--by conversation`` sums the period's attempt rows.
-        ``--by client`` lists attempts without a label under the key ``None``."""
+        Without ``client``, every dimension reads a totals table the attempt triggers keep
+        (``month_model``, ``month_client``, ``month_conversation``, ``day``): a few rows per
+        period however long the history. A client filter sums the period's attempt rows.
+        ``client`` lists attempts without a label under the key ``None``; ``conversation``
+        covers conversations' attempts (a one-off prompt has none)."""
         if by not in self.SPEND_DIMENSIONS:
             raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
         check_month(month_utc)
@@ -1384,6 +1385,8 @@ class Ledger:
         in_scope = "provider = :provider AND account = COALESCE(:account, account)"
         if client is None and by in ("account", "model"):
             sql = f"SELECT {by} AS key, {sums} FROM month_model WHERE {in_scope} AND month_utc = :month GROUP BY 1"
+        elif client is None and by == "conversation":
+            sql = f"SELECT conversation AS key, {sums} FROM month_conversation WHERE {in_scope} AND month_utc = :month GROUP BY 1"
         elif client is None and by == "day":
             sql = (f"SELECT day_utc AS key, {sums} FROM day WHERE {in_scope} "
                    "AND day_utc >= :first_day AND day_utc < :end_day GROUP BY 1")

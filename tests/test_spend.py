@@ -28,6 +28,15 @@ SONNET = "claude-sonnet-4-5-20250929"
 HAIKU = "claude-haiku-4-5-20251001"
 USAGE = {"input_tokens": 100, "output_tokens": 20}
 
+CONVERSATION_FROM_ROWS = """
+SELECT month_utc, provider, account, scope_id, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt WHERE scope_kind = 'conversation' GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4
+"""
+CONVERSATION_KEPT = """
+SELECT month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd
+FROM month_conversation WHERE attempts > 0 ORDER BY 1, 2, 3, 4
+"""
 MODEL_FROM_ROWS = """
 SELECT month_utc, provider, account, requested_model, COUNT(*), COALESCE(SUM(cost_nusd), 0),
        COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
@@ -82,25 +91,39 @@ def spend_json(*args):
 # --- the month_model totals ---------------------------------------------------------------------
 
 
-def test_month_model_totals_match_the_attempt_rows_through_settle_reconcile_and_flight(tmp_path):
+def kept_and_summed(ledger):
+    def rows(sql):
+        return [tuple(r) for r in ledger._conn.execute(sql)]
+
+    return (rows(MODEL_KEPT), rows(CONVERSATION_KEPT)), (rows(MODEL_FROM_ROWS), rows(CONVERSATION_FROM_ROWS))
+
+
+def test_model_and_conversation_totals_match_the_attempt_rows_through_settle_reconcile_and_flight(tmp_path):
     with Ledger(tmp_path / "ledger.db") as ledger:
         history(ledger)
-        assert [tuple(r) for r in ledger._conn.execute(MODEL_KEPT)] == [tuple(r) for r in ledger._conn.execute(MODEL_FROM_ROWS)]
+        kept, summed = kept_and_summed(ledger)
+        assert kept == summed and kept[0] and kept[1]
 
 
-def test_a_ledger_without_month_model_gains_it_filled_from_its_rows_on_open(tmp_path):
+def test_a_ledger_without_the_model_and_conversation_totals_gains_them_filled_from_its_rows_on_open(tmp_path):
     path = tmp_path / "ledger.db"
     with Ledger(path) as ledger:
         history(ledger)
     db = sqlite3.connect(path)
     db.execute("DROP TABLE month_model")
+    db.execute("DROP TABLE month_conversation")
     db.commit()
     db.close()
     with Ledger(path) as ledger:
-        assert [tuple(r) for r in ledger._conn.execute(MODEL_KEPT)] == [tuple(r) for r in ledger._conn.execute(MODEL_FROM_ROWS)]
+        kept, summed = kept_and_summed(ledger)
+        assert kept == summed and kept[0] and kept[1]
 
 
-@pytest.mark.parametrize("by, column", [("account", "account"), ("model", "requested_model"), ("client", "client"), ("day", "day_utc")])
+@pytest.mark.parametrize(
+    "by, column",
+    [("account", "account"), ("model", "requested_model"), ("client", "client"), ("day", "day_utc"),
+     ("conversation", "case when scope_kind = 'conversation' then scope_id end")],
+)
 def test_spend_by_from_the_totals_tables_equals_a_sum_over_the_period_rows(tmp_path, by, column):
     with Ledger(tmp_path / "ledger.db") as ledger:
         history(ledger)
@@ -109,6 +132,8 @@ def test_spend_by_from_the_totals_tables_equals_a_sum_over_the_period_rows(tmp_p
                        COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
                 FROM attempt WHERE month_utc = '2026-12' GROUP BY 1"""
         ).fetchall()
+        if by == "conversation":  # a one-off prompt has no conversation
+            summed = [row for row in summed if row[0] is not None]
         kept = ledger.spend_by(by, "2026-12")
     assert sorted((r["key"] or "", r["attempts"], r["settled_nusd"], r["open_nusd"]) for r in kept) == sorted(
         (key or "", *figures) for key, *figures in summed
