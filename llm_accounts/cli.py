@@ -1124,8 +1124,15 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
         ledger = _ledger()
         if attempt_id is not None:
             filters = {**filters, "id": ledger.resolve_attempt_id(attempt_id)}
-        rows = ledger.attempts(limit=limit, **filters)
-        total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
+        # A filter the totals tables do not carry (model, client, conversation, a time range)
+        # would make the "N more" count read every attempt; one row past the limit says whether
+        # there are more instead (docs/performance.md "Spend views at any length of history").
+        counted = not set(filters) & {"model", "client", "scope_id", "since", "until"}
+        rows = ledger.attempts(limit=limit if counted or limit is None else limit + 1, **filters)
+        if not counted and limit is not None and len(rows) > limit:
+            rows, total = rows[:limit], None
+        else:
+            total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
     except AccountsError as error:
         fail(error)
     if json_:
@@ -1157,6 +1164,9 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
             )
         )
     _table(table)
+    if total is None:
+        click.echo(f"More attempts match; show more with --limit {limit * 2}")
+        return
     more = total - len(rows)
     if more > 0:
         kind = "open attempt" if open_ else "attempt"

@@ -259,3 +259,11 @@ def test_spend_by_gives_the_same_rows_on_sqlite_and_postgresql(ledger_location):
     assert {row["key"]: row["settled_nusd"] for row in got["client"]} == {"nightly": 320_000_000, None: 100_000_000}
     assert [(row["key"], row["settled_nusd"]) for row in got["conversation"]] == [("c2", 0), ("c1", 320_000_000), ("c3", 100_000_000)]
     assert [(row["key"], row["attempts"]) for row in got["client_filter"]] == [(SONNET, 1), (HAIKU, 1)]
+
+
+def test_attempts_with_a_filter_beyond_the_totals_says_more_match_without_counting_them(filled):
+    result = run("attempts", "--model", SONNET, "--limit", "2")
+    lines = result.output.splitlines()
+    assert len(lines) == 1 + 2 + 1
+    assert lines[-1] == "More attempts match; show more with --limit 4"
+    assert "More attempts" not in run("attempts", "--model", SONNET, "--limit", "4").output
