@@ -428,8 +428,16 @@ class PostgresBackend:
         raw.execute(self._begin_write)
         try:
             if not self._check(raw, creating=True):
+                present = {row[0] for row in raw.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                )}
                 for statement in create_statements():
                     raw.execute(statement)
+                # Totals added after PostgreSQL support are filled from the rows, under the lock
+                # and with their triggers, as the SQLite open does (schema.BACKFILL).
+                for table in set(BACKFILLED) - present if present else ():
+                    for statement in schema.statements(schema.BACKFILL[table]):
+                        raw.execute(statement)
                 # A version-2 ledger gains what version 3 adds (``waiter``) and says version 3.
                 raw.execute(
                     f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO UPDATE SET version = excluded.version",
@@ -523,6 +531,7 @@ class PostgresBackend:
 
 
 TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation")
+BACKFILLED = ("month_model", "month_conversation")  # issue 23: standard SQL, run as is
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "waiter")

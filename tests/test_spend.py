@@ -267,3 +267,17 @@ def test_attempts_with_a_filter_beyond_the_totals_says_more_match_without_counti
     assert len(lines) == 1 + 2 + 1
     assert lines[-1] == "More attempts match; show more with --limit 4"
     assert "More attempts" not in run("attempts", "--model", SONNET, "--limit", "4").output
+
+
+def test_a_postgresql_ledger_without_the_model_and_conversation_totals_gains_them_filled(ledger_location):
+    if not isinstance(ledger_location, str):
+        pytest.skip("the SQLite open is covered above")
+    with Ledger(ledger_location) as ledger:
+        history(ledger)
+        ledger._conn.execute("DROP TABLE month_model")
+        ledger._conn.execute("DROP TABLE month_conversation")
+    with Ledger(ledger_location) as ledger:
+        model = ledger.spend_by("model", "2026-12")
+        conversation = ledger.spend_by("conversation", "2026-12")
+    assert {row["key"]: row["settled_nusd"] for row in model} == {SONNET: 400_000_000, HAIKU: 20_000_000}
+    assert [row["key"] for row in conversation] == ["c2", "c1", "c3"]
