@@ -6,6 +6,8 @@ dashboard at ``/-/llm-accounts`` and the same figures as JSON at ``/-/llm-accoun
 from ``startup()``. Both are implemented so the plugin works on either.
 """
 
+import json
+
 from datasette import hookimpl
 from datasette.utils.asgi import Forbidden, Response
 
@@ -33,10 +35,11 @@ def route_name(datasette, query, tables):
     """The name to link ``query`` by.
 
     Datasette 0.65 serves a canned query before a table of the same name; the 1.0 alphas serve
-    the table, so there a query named like a table (``health``) is linked by its alias.
+    the table, so there a query named like a table (``health``) is registered and linked by its
+    alias alone (``startup``), and listed once.
     """
-    if hasattr(datasette, "add_query") and query.name in tables and query.alias:
-        return query.alias
+    if hasattr(datasette, "add_query"):
+        return query.unshadowed_name
     return query.name
 
 
@@ -63,17 +66,17 @@ def startup(datasette):
             if not await has_totals(db):
                 continue
             for query in QUERIES:
-                for name in query.names:
-                    await datasette.add_query(
-                        db.name,
-                        name,
-                        query.sql,
-                        title=query.title,
-                        description=query.description,
-                        parameters=list(query.params),
-                        is_trusted=True,
-                        source=SOURCE,
-                    )
+                await datasette.add_query(
+                    db.name,
+                    query.unshadowed_name,
+                    query.sql,
+                    title=query.title,
+                    description=query.description,
+                    hide_sql=True,
+                    parameters=list(query.params),
+                    is_trusted=True,
+                    source=SOURCE,
+                )
 
     return inner
 
@@ -157,15 +160,27 @@ async def dashboard_view(datasette, request):
 
 async def dashboard_json(datasette, request):
     """The dashboard's figures for scripts (README "Datasette"): per ledger, each account's
-    budget, spend, open ceilings, remaining, today and health, and the credit period's days."""
+    budget, spend, open ceilings, remaining, today, health and pace, and the credit period's days.
+
+    ``_shape`` follows Datasette's JSON conventions, the accounts being the rows: none gives the
+    whole document; ``objects`` the accounts as objects under ``rows``; ``array`` a bare array of
+    them (``_nl=1``: one per line); ``arrays`` ``columns`` and ``rows`` of values."""
+    shape = request.args.get("_shape")
+    if shape not in dashboard.SHAPES:
+        return Response.json(
+            {"ok": False, "error": f"Invalid _shape: use one of {', '.join(dashboard.SHAPES[1:])}", "status": 400},
+            status=400,
+        )
     now = clock.now()
     ledgers = await _ledgers(datasette, request, now)
-    return Response.json(
-        {
-            "now": clock.isoformat(now),
-            "ledgers": [
-                {"database": ledger["name"], "outdated": True} if ledger.get("outdated") else dashboard.as_json(ledger)
-                for ledger in ledgers
-            ],
-        }
-    )
+    document = {
+        "now": clock.isoformat(now),
+        "ledgers": [
+            {"database": ledger["name"], "outdated": True} if ledger.get("outdated") else dashboard.as_json(ledger)
+            for ledger in ledgers
+        ],
+    }
+    shaped = dashboard.shaped(document, shape)
+    if shape == "array" and request.args.get("_nl"):
+        return Response.text("\n".join(json.dumps(row) for row in shaped))
+    return Response.json(shaped)

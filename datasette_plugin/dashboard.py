@@ -13,8 +13,8 @@ the page costs the same at any length of history (docs/performance.md).
 import dataclasses
 import datetime as dt
 
-from llm_accounts import clock, health
-from llm_accounts.money import usd, usd_exact
+from llm_accounts import clock, forecast, health
+from llm_accounts.money import usd, usd_exact, usd_fine
 
 NEAR_BUDGET = (9, 10)
 """Spend at or above 9/10 of a budget is "near": the bound warm-prefix affinity keeps free."""
@@ -45,7 +45,9 @@ select
       and probe.account = account.name
       and probe.created_at >= coalesce(health.cooldown_until, health.last_failure_at)
   ) end as probe_created_at,
-  coalesce(health.last_success_at, completed.last_at) as last_success_at
+  -- The newest complete settlement is exact; the health row's is refreshed at most every ten
+  -- minutes (llm_accounts.health.SUCCESS_REFRESH) and only stands in without one.
+  coalesce(completed.last_at, health.last_success_at) as last_success_at
 from account
 left join health on health.provider = account.provider and health.account = account.name
 left join completed on completed.provider = account.provider and completed.account = account.name
@@ -98,6 +100,7 @@ class AccountSummary:
     # machines, not the account (docs/architecture.md "Failure classes and health").
     transport_hosts: tuple = ()
     last_success_at: str = None
+    forecast: object = None  # llm_accounts.forecast.Forecast, None without a budget
     colour: str = ACCOUNT_COLOURS[0]
     places: dict = dataclasses.field(default_factory=dict)  # money field -> decimal places shown
 
@@ -184,6 +187,14 @@ class AccountSummary:
         css = {css for css, _ in self.marks}
         return next((level for level in ("bad", "warn") if level in css), None)
 
+    @property
+    def pace(self):
+        """The forecast as one sentence, with what is left a day (docs/architecture.md "Pace forecast")."""
+        if self.forecast is None:
+            return None
+        left = usd_fine(self.forecast.per_day_left_nusd)
+        return f"{forecast.sentence(self.name, self.forecast)}; {left} a day left to last the period"
+
     def money(self, field, places=2):
         return usd(getattr(self, field), places)
 
@@ -243,11 +254,19 @@ def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month
         summary = summaries.get(_key(row, "account"))
         if summary is not None:
             summary.settled_nusd += row["delta_nusd"]
+    settled_by_day = {}
     for row in daily_spend:
         summary = summaries.get(_key(row, "account"))
+        if summary is not None:
+            settled_by_day.setdefault(_key(row, "account"), {})[row["day_utc"]] = row["settled_nusd"]
         if summary is not None and row["day_utc"] == day:
             summary.today_settled_nusd += row["settled_nusd"]
             summary.today_open_nusd += row["open_nusd"]
+    # The pace forecast, by the rule status uses (docs/architecture.md "Pace forecast").
+    for key, summary in summaries.items():
+        summary.forecast = forecast.forecast(
+            summary.budget_nusd, summary.settled_nusd, summary.open_nusd, settled_by_day.get(key, {}), now
+        )
     shown = [
         summary
         for summary in summaries.values()
@@ -642,6 +661,21 @@ def _spend_row(row, label):
             "open_ceilings": _money(row["open_nusd"])}
 
 
+def _forecast_json(summary):
+    f = summary.forecast
+    if f is None:
+        return None
+    return {
+        "state": f.state,
+        "runs_out_on": f.runs_out_on,
+        "resets_on": f.resets_on,
+        "window_start": f.window_start,
+        "rate_per_day": _money(f.rate_nusd_per_day),
+        "per_day_left": _money(f.per_day_left_nusd),
+        "sentence": forecast.sentence(summary.name, f),
+    }
+
+
 def as_json(ledger):
     """The figures of one ledger's dashboard for ``/-/llm-accounts.json`` (README "Datasette").
 
@@ -671,6 +705,7 @@ def as_json(ledger):
                 "today_open_ceilings": _money(summary.today_open_nusd),
                 "daily_budget": _money(summary.daily_budget_nusd),
                 "last_success_at": summary.last_success_at,
+                "forecast": _forecast_json(summary),
             }
         )
     names = {(s.provider, s.name) for s in ledger["accounts"]}
@@ -707,3 +742,25 @@ def as_json(ledger):
             for row in ledger.get("warm_prefix", ())
         ],
     }
+
+
+SHAPES = (None, "objects", "array", "arrays")
+"""``_shape`` values of ``/-/llm-accounts.json`` (README "Datasette"); None is the whole document."""
+
+
+def shaped(document, shape):
+    """``document`` (the JSON view's) in Datasette's ``_shape`` conventions, its accounts as the
+    rows, each naming its ``database``."""
+    if shape is None:
+        return document
+    rows = [
+        {"database": ledger["database"], **account}
+        for ledger in document["ledgers"]
+        for account in ledger.get("accounts", ())
+    ]
+    if shape == "array":
+        return rows
+    if shape == "objects":
+        return {"ok": True, "now": document["now"], "rows": rows}
+    columns = list(rows[0]) if rows else ["database", "account"]
+    return {"ok": True, "now": document["now"], "columns": columns, "rows": [[row[c] for c in columns] for row in rows]}

@@ -58,16 +58,20 @@ class Query:
     sql: str
     params: tuple = ()
     # Datasette 1.0 alphas route /db/<name> to a table before a stored query of the same name,
-    # so a query named like a ledger table is also registered under this alias.
+    # so a query named like a ledger table is registered there under this alias instead.
     alias: str = None
 
     @property
-    def names(self):
-        return (self.name, self.alias) if self.alias else (self.name,)
+    def unshadowed_name(self):
+        """The name no ledger table shadows on any Datasette: what the 1.0 alphas and
+        ``metadata.yml`` (read by either) list the query by, once."""
+        return self.alias or self.name
 
     def as_metadata(self):
-        """The query as Datasette 0.65 metadata (``databases: <db>: queries: <name>:``)."""
-        data = {"title": self.title, "description": self.description, "sql": self.sql}
+        """The query as Datasette 0.65 metadata (``databases: <db>: queries: <name>:``).
+
+        ``hide_sql``: a query page opens on its results, the SQL one click away."""
+        data = {"title": self.title, "description": self.description, "sql": self.sql, "hide_sql": True}
         if self.params:
             data["params"] = list(self.params)
         return data
@@ -380,9 +384,9 @@ QUERIES = (
 def canned_queries():
     """``{name: {title, description, sql, params}}``, as the 0.65 ``canned_queries`` hook wants.
 
-    A query with an alias appears under both names.
+    Each query once, by its name: 0.65 serves a canned query before a table of the same name.
     """
-    return {name: query.as_metadata() for query in QUERIES for name in query.names}
+    return {query.name: query.as_metadata() for query in QUERIES}
 
 
 def metadata():
@@ -394,7 +398,10 @@ def metadata():
     return {
         "title": "llm-accounts ledger",
         "description": "Spend, budgets and health of the accounts llm-accounts routes across.",
-        "databases": {name: {"queries": canned_queries()} for name in DATABASE_NAMES},
+        "databases": {
+            name: {"queries": {query.unshadowed_name: query.as_metadata() for query in QUERIES}}
+            for name in DATABASE_NAMES
+        },
     }
 
 

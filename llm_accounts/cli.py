@@ -898,8 +898,12 @@ def status(json_):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
-    previous month). "open" is the worst-case ceiling of attempts not yet settled. A limit below
-    the ceiling of a plain claude-routed prompt is warned about (in --json, under "warnings").
+    previous month). "open" is the worst-case ceiling of attempts not yet settled; "today" is the
+    day's spend and what is left of a daily budget. Notes say since when a failing account fails
+    and which accounts 'llm accounts remove' removed. Under the table, each account's pace: when
+    its budget runs out at the rate of its last 7 days' settled spend, against the period's reset,
+    and how much a day is left to last the period. A limit below the ceiling of a plain
+    claude-routed prompt is warned about (in --json, under "warnings").
 
     \b
     Example:
@@ -951,18 +955,25 @@ def status(json_):
     for line in lines:
         today = "-"
         if line.daily_budget_nusd is not None:
-            today = f"{usd_fine(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+            today = (
+                f"{usd_fine(line.today_settled_nusd + line.today_open_nusd)} of {usd(line.daily_budget_nusd)}"
+                f", {usd_fine(max(line.today_remaining_nusd, 0))} left"
+            )
         health = line.health
         if health in ("cooling", "probing") and line.failure_class:
             health = f"{health} ({line.failure_class})"
             if line.cooldown_until and health.startswith("cooling"):
                 health += f" until {line.cooldown_until[11:16]} UTC"
         notes = []
+        if line.removed_at:
+            notes.append(f"REMOVED {line.removed_at[:16].replace('T', ' ')} UTC (llm accounts remove)")
         if line.blocked_reason:
             notes.append(f"BLOCKED ({line.blocked_reason})")
+        if line.failing_since:
+            notes.append(f"failing since {line.failing_since[:16].replace('T', ' ')} UTC")
         if line.config_conflict:
             notes.append("declaration differs from this period's budget")
-        if not line.declared:
+        if not line.declared and not line.removed_at:
             notes.append("not declared")
         if line.open_attempts:
             notes.append(f"{line.open_attempts} open")
@@ -1003,6 +1014,13 @@ def status(json_):
         click.echo("\n" + _warm_line(warmth))
     first = lines[0]
     click.echo(f"\nCredit period {first.month_utc} resets {first.resets_at[:16].replace('T', ' ')} UTC")
+    # The pace forecast of each account still in use (docs/architecture.md "Pace forecast").
+    from .forecast import sentence
+
+    for line in lines:
+        if line.forecast is not None and not line.removed_at:
+            left = f"{usd_fine(line.forecast.per_day_left_nusd)} a day left to last the period"
+            click.echo(f"Pace: {sentence(line.name, line.forecast)}; {left}")
     # The usage-report pass that runs after prompts says nothing in a prompt; its failure is said here.
     if any(account.admin_key_env for account in declared):
         from . import provider_pass

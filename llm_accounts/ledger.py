@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 
-from . import cache_savings, clock, health, selection
+from . import cache_savings, clock, forecast, health, selection
 from .ledger_sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
 from .errors import AccountsError
 from .money import INT64_MAX
@@ -1246,6 +1246,24 @@ class Ledger:
             ).fetchall()
         )
         names = list(declared) + sorted(set(facts) - set(declared))
+        # "Last success" is the newest complete settlement the ledger counted, read from the
+        # month_outcome totals (a few rows per account), not the health row's throttled
+        # last_success_at (llm_accounts.health.SUCCESS_REFRESH).
+        last_success = dict(
+            conn.execute(
+                """SELECT account, MAX(last_at) FROM month_outcome
+                   WHERE provider = ? AND state = 'settled' AND outcome = 'complete' AND attempts > 0
+                   GROUP BY account""",
+                (provider,),
+            ).fetchall()
+        )
+        # The pace forecast's window, from the day totals (docs/architecture.md "Pace forecast").
+        window = {}
+        for row in conn.execute(
+            "SELECT account, day_utc, settled_nusd FROM day WHERE day_utc >= ? AND day_utc <= ? AND provider = ?",
+            (forecast.window_start(now), day, provider),
+        ):
+            window.setdefault(row[0], {})[row[1]] = row[2]
         by_client = {}
         if any(capped_clients(account) for account in declared.values()):
             for row in conn.execute(
@@ -1293,7 +1311,7 @@ class Ledger:
                     failure_class=None if h is None else h.failure_class,
                     http_status=None if h is None else h.http_status,
                     cooldown_until=None if h is None else _iso(h.cooldown_until),
-                    last_success_at=None if h is None else _iso(h.last_success_at),
+                    last_success_at=last_success.get(name) or (None if h is None else _iso(h.last_success_at)),
                     last_failure_at=None if h is None else _iso(h.last_failure_at),
                     blocked_reason=f.block_reason,
                     blocked_at=f.blocked_at,
@@ -1307,6 +1325,9 @@ class Ledger:
                     ),
                     clients_only=bool(clients_only(account)),
                     model_cooldowns=tuple(cooling_models.get(name, ())),
+                    failing_since=_iso(h.since) if h is not None and h.state == "failing" else None,
+                    removed_at=f.removed_at,
+                    forecast=forecast.forecast(budget, f.spent_nusd, f.open_nusd, window.get(name, {}), now),
                 )
             )
         return lines

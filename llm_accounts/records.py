@@ -180,6 +180,9 @@ class AccountStatus:
     clients_only: bool = False
     # (model id, cooldown_until) of each model cooling on this account after a model_unavailable
     model_cooldowns: tuple[tuple[str, str], ...] = ()
+    failing_since: str | None = None  # health ``since`` of a failing account
+    removed_at: str | None = None  # set by ``llm accounts remove``
+    forecast: object = None  # llm_accounts.forecast.Forecast, None without a budget
 
     @property
     def spent_nusd(self):

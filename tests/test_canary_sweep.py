@@ -20,6 +20,7 @@ from conftest import assert_no_key_material, assert_tree_has_no_key_material, ma
 from llm_accounts import provider_pass
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
+from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli
 
 MODEL = "claude-routed/claude-haiku-4-5"
@@ -113,12 +114,17 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         ("accounts", "reconcile", "--from-provider", "--json"),
         ("accounts", "audit", "--from-provider"),
         ("accounts", "audit", "--from-provider", "--json"),
+        # With the key id confirmed, the minute usage report itself is read too.
+        ("accounts", "set", "canary", "--api-key-id", default_api_key_id("canary")),
+        ("accounts", "reconcile", "--from-provider", "--json"),
+        ("accounts", "audit", "--from-provider"),
         ("logs", "-n", "0", "--json"),
     ):
         assert run(*args).exit_code == 0, args
     # The Admin API was really read, with the admin key, by the commands and the automatic pass.
     assert provider_pass.wait_for_background(30)
     assert any(r["path"].startswith("/v1/organizations/") and r["auth"] == "admin" for r in server.requests)
+    assert any(r["path"].startswith("/v1/organizations/usage_report/messages") for r in server.requests)
     assert run("accounts", "export", str(tmp_path / "export.db")).exit_code == 0
     outputs.append(asyncio.run(_datasette_pages(ledger_path)))
     outputs.extend(record.getMessage() for record in caplog.records)

@@ -7,6 +7,7 @@ the real clock, since the queries compare them with SQLite's ``now``.
 """
 
 import datetime as dt
+import json
 import os
 import pathlib
 import re
@@ -228,8 +229,8 @@ async def test_metadata_yml_serves_the_queries_without_the_plugin(ledger, withou
     else:  # 0.65: -m metadata.yml
         ds = Datasette([str(ledger)], metadata=settings)
     assert (await ds.client.get("/-/llm-accounts")).status_code == 404
-    for query in QUERIES:
-        response = await ds.client.get(f"/accounts-ledger/{route(ds, query.name)}.json?_shape=array")
+    for query in QUERIES:  # metadata.yml lists each by the name no table shadows, on either version
+        response = await ds.client.get(f"/accounts-ledger/{query.unshadowed_name}.json?_shape=array")
         assert response.status_code == 200, query.name
     first = (await rows(ds, "spend_by_month"))[0]
     assert money(first, "account", "settled_usd", "remaining_usd") == ("alpha", "4.000000001", "43.999999999")
@@ -259,20 +260,13 @@ WRITE_WORDS = re.compile(r"\b(insert|update|delete|drop|alter|create|attach|deta
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
 def test_query_is_declared_read_only(query):
-    for name in query.names:
-        assert not canned_queries()[name].get("write")
+    assert not canned_queries()[query.name].get("write")
+    assert not metadata()["databases"]["ledger"]["queries"][query.unshadowed_name].get("write")
     assert not WRITE_WORDS.search(query.sql)
 
 
-def test_the_health_query_also_has_an_alias_no_table_shadows():
-    assert canned_queries()["account_health"] == canned_queries()["health"]
-    assert not {name for query in QUERIES for name in query.names if name != query.name} & set(schema.TABLE_NAMES)
-
-
-@pytest.mark.asyncio
-async def test_the_health_alias_serves_the_health_query(ds):
-    response = await ds.client.get("/accounts-ledger/account_health.json?_shape=array&account=delta")
-    assert [row["status"] for row in response.json()] == ["blocked"]
+def test_the_health_query_has_a_name_no_table_shadows():
+    assert not {query.unshadowed_name for query in QUERIES} & set(schema.TABLE_NAMES)
 
 
 @pytest.mark.parametrize("query", QUERIES, ids=lambda query: query.name)
@@ -301,11 +295,12 @@ def test_query_runs_on_a_read_only_copy_with_only_reads_authorized(query, ledger
 @pytest.mark.asyncio
 async def test_datasette_registers_every_query_as_read_only(ds):
     await ds.invoke_startup()
-    names = {name for query in QUERIES for name in query.names}
     if hasattr(ds, "get_query"):  # Datasette 1.0 alphas: stored queries
+        names = {query.unshadowed_name for query in QUERIES}
         registered = {name: await ds.get_query("accounts-ledger", name) for name in names}
         assert all(stored is not None and not stored.is_write for stored in registered.values())
     else:  # Datasette 0.65: canned queries
+        names = {query.name for query in QUERIES}
         registered = await ds.get_canned_queries("accounts-ledger", None)
         assert all(not registered[name].get("write") for name in names)
     assert set(registered) == names
@@ -960,3 +955,100 @@ async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(le
     (account,) = ledger["accounts"]
     assert {"level": "warn", "label": "Unreachable from m1 (transport)"} in account["marks"]
     assert account["status"] == "ok"  # the account itself is healthy
+
+
+# Pace, exact last success and _shape (README "Datasette")
+
+
+@pytest.mark.asyncio
+async def test_dashboard_last_success_is_the_newest_complete_attempt_not_a_stale_health_row(ledger, at_now):
+    sqlite_utils.Database(ledger).execute(
+        "update health set last_success_at = ? where account = 'gamma'", [clock.isoformat(NOW - 2 * DAY)]
+    ).connection.commit()
+    html = await dashboard_html(Datasette([str(ledger)]))
+    assert account_row(html, "gamma").endswith("2026-11-04 11:00")  # g4, newer than the health row's
+
+
+@pytest.mark.asyncio
+async def test_dashboard_says_how_long_each_budget_lasts_at_this_pace(ds, at_now):
+    html = await dashboard_html(ds)
+    # alpha: $43.999999999 left over the 25 days (today counted whole) to 2026-11-30.
+    assert (
+        "Pace: at this pace alpha lasts until the period resets 2026-11-30; $1.76 a day left to last the period"
+    ) in html
+    assert "Pace: beta has nothing left of its budget; the period resets 2026-11-30" in html
+    assert "Pace: omega has no settled spend since 2026-10-31, so no pace to forecast" in html
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_carries_the_pace_forecast(ds, at_now):
+    (ledger,) = (await ds.client.get("/-/llm-accounts.json")).json()["ledgers"]
+    alpha = next(account for account in ledger["accounts"] if account["account"] == "alpha")
+    assert (alpha["forecast"]["state"], alpha["forecast"]["runs_out_on"], alpha["forecast"]["resets_on"]) == (
+        "lasts", None, "2026-11-30"
+    )
+    # $4.000000001 settled in the 5.5 days since the period began (2026-10-31T00:00Z).
+    assert alpha["forecast"]["rate_per_day"]["nusd"] == 4_000_000_001 * 86400 // (5 * 86400 + 43200)
+    assert alpha["forecast"]["per_day_left"]["nusd"] == 43_999_999_999 // 25
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_array_shape_is_the_accounts(ds, at_now):
+    rows = (await ds.client.get("/-/llm-accounts.json?_shape=array")).json()
+    assert [(row["database"], row["account"]) for row in rows][:2] == [("accounts-ledger", "alpha"), ("accounts-ledger", "beta")]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_arrays_and_objects_shapes(ds, at_now):
+    arrays = (await ds.client.get("/-/llm-accounts.json?_shape=arrays")).json()
+    objects = (await ds.client.get("/-/llm-accounts.json?_shape=objects")).json()
+    assert arrays["columns"][:2] == ["database", "account"]
+    assert [dict(zip(arrays["columns"], row)) for row in arrays["rows"]] == objects["rows"]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_newline_delimited_array(ds, at_now):
+    text = (await ds.client.get("/-/llm-accounts.json?_shape=array&_nl=1")).text
+    assert [json.loads(line)["account"] for line in text.splitlines()][:1] == ["alpha"]
+
+
+@pytest.mark.asyncio
+async def test_the_dashboard_json_refuses_an_unknown_shape(ds, at_now):
+    response = await ds.client.get("/-/llm-accounts.json?_shape=rows")
+    assert response.status_code == 400
+    assert response.json()["error"].startswith("Invalid _shape")
+
+
+# Query pages
+
+
+@pytest.mark.asyncio
+async def test_account_health_is_listed_once_and_its_link_opens_the_query(ds):
+    await ds.invoke_startup()
+    html = (await ds.client.get("/accounts-ledger")).text
+    links = re.findall(r'<a href="/accounts-ledger/([^"?]+)"[^>]*>Account health</a>', html)
+    assert len(links) == 1, links
+    response = await ds.client.get(f"/accounts-ledger/{links[0]}.json?_shape=array&account=delta")
+    assert [row["status"] for row in response.json()] == ["blocked"]
+
+
+@pytest.mark.asyncio
+async def test_query_pages_hide_their_sql(ds):
+    await ds.invoke_startup()
+    html = (await ds.client.get(f"/accounts-ledger/{route(ds, 'spend_by_month')}")).text
+    body = html.split("<body", 1)[1]  # (Datasette 0.65 puts the SQL in the page's <title>)
+    assert "with spend as" not in body
+    assert "_show_sql=1" in html  # one click shows it
+
+
+def test_every_readme_example_with_metadata_yml_names_a_database_it_covers():
+    # Datasette names a database after its file's stem; metadata.yml's queries sit under
+    # `databases: <name>:` for the names it covers, so another file name shows no queries.
+    from llm_accounts.paths import ledger_path
+
+    readme = (ROOT / "README.md").read_text()
+    files = re.findall(r"datasette (\S+) -[mc] metadata\.yml", readme)
+    assert files
+    for file in files:
+        stem = pathlib.Path(ledger_path()).stem if "llm accounts path" in file else pathlib.Path(file).stem
+        assert stem in metadata()["databases"], file
