@@ -9,7 +9,8 @@ For each size it builds a ledger of that many attempts and times, on that ledger
 - every canned query with its default parameters, through Datasette's in-process client
   (``/<db>/<query>.json``) and as its bare SQL on a read-only connection;
 - the dashboard page ``/-/llm-accounts`` and its JSON ``/-/llm-accounts.json``;
-- ``llm accounts status``, ``attempts`` and ``ladder`` through click's CliRunner.
+- ``llm accounts status``, ``attempts``, ``ladder`` and ``spend --by model|client|conversation|day``
+  through click's CliRunner.
 
 Each figure is the median of ``--rounds`` x ``--repeat`` runs, the sizes taking turns round by
 round; admission, two fsync'd commits and so the noisiest, is the median of ``--admissions`` pairs
@@ -21,7 +22,8 @@ opt-in, ``--sizes 1e3,1e5,1e6,1e7``: about ten minutes to generate and 6 GB of d
 
 How the ledgers are made. Each is created by ``llm_accounts.ledger.Ledger``, so the schema,
 indexes and triggers are the project's own, then filled with bulk ``INSERT ... SELECT``
-statements (the attempt triggers keep ``day`` and ``month_outcome`` as they would in service;
+statements (the attempt triggers keep ``day``, ``month_outcome``, ``month_client``, ``month_model``
+and ``month_conversation`` as they would in service;
 the ``month`` running totals are then set from those, and ``Ledger.audit()`` checks them against
 the rows for sizes up to 10^5). Every size has the same shape: 12 accounts over 4 credit periods
 ending now, the same outcome mix (complete, not sent, 429, 529, two rejection classes, 401,
@@ -410,15 +412,16 @@ def measure(path, repeat):
 
         return run
 
-    for args in (("status",), ("attempts",), ("ladder",)):
+    for args in (("status",), ("attempts",), ("ladder",), ("spend", "--by", "model"), ("spend", "--by", "client"),
+                 ("spend", "--by", "conversation"), ("spend", "--by", "day"), ("attempts", "--model", "claude-sonnet-4-5")):
         lines = len(command(*args)().output.splitlines())
         results["llm accounts " + " ".join(args)] = (timed(command(*args), repeat), lines)
     return results
 
 
 def check(path, size):
-    """Totals against rows: ``Ledger.audit()`` for the month totals, and the day and month_outcome
-    tables against a GROUP BY over the attempts (sizes up to 10^5; both read every row)."""
+    """Totals against rows: ``Ledger.audit()`` for the month totals, and the day, month_outcome,
+    month_model and month_conversation tables against a GROUP BY over the attempts (sizes up to 10^5; both read every row)."""
     from llm_accounts import schema
     from llm_accounts.ledger import Ledger
 
@@ -427,7 +430,8 @@ def check(path, size):
     with Ledger(path) as ledger:
         problems = ledger.audit()
     conn = sqlite3.connect(path)
-    for table, order in (("day", "day_utc, provider, account"), ("month_outcome", "1, 2, 3, 4, 5, 6, 7, 8")):
+    for table, order in (("day", "day_utc, provider, account"), ("month_outcome", "1, 2, 3, 4, 5, 6, 7, 8"),
+                         ("month_model", "1, 2, 3, 4"), ("month_conversation", "1, 2, 3, 4")):
         kept = conn.execute(f"SELECT * FROM {table} WHERE attempts > 0 ORDER BY {order}").fetchall()
         conn.execute("SAVEPOINT recount")
         for statement in schema.statements(schema.BACKFILL[table]):

@@ -546,6 +546,38 @@ async def client_tokens(db, params):
     return [dict(row) for row in (await db.execute(CLIENT_TOKENS_SQL, params)).rows]
 
 
+# Dollars per requested model and per client label this credit period (issue 23, docs/architecture.md
+# "Spend"), summed over accounts from the month_model and month_client totals: settled spend and
+# held ceilings side by side, never added together.
+def _spend_by_sql(table, column):
+    return f"""
+select {column} as key, sum(attempts) as attempts, sum(settled_nusd) as settled_nusd,
+       sum(open_nusd) as open_nusd
+from {table} where month_utc = :month
+group by {column} having sum(attempts) > 0
+order by sum(settled_nusd) + sum(open_nusd) desc, {column}
+"""
+
+
+MODEL_SPEND_SQL = _spend_by_sql("month_model", "model")
+CLIENT_SPEND_SQL = _spend_by_sql("month_client", "client")
+
+
+async def spend_by(db, params, table, sql):
+    """Rows of ``sql`` (``MODEL_SPEND_SQL`` or ``CLIENT_SPEND_SQL``) over ``table``, with the money as shown (amounts in one panel
+    keep the digits that tell them apart); none from a ledger older than the table."""
+    tables = {row[0] for row in (await db.execute("select name from sqlite_master where type = 'table'")).rows}
+    if table not in tables:
+        return []
+    rows = [dict(row) for row in (await db.execute(sql, params)).rows]
+    amounts = [row["settled_nusd"] for row in rows] + [row["open_nusd"] for row in rows]
+    places = dict(zip(amounts, distinguishing_places(amounts)))
+    for row in rows:
+        row["settled"] = usd_shown(row["settled_nusd"], places[row["settled_nusd"]])
+        row["open_ceilings"] = usd_shown(row["open_nusd"], places[row["open_nusd"]])
+    return rows
+
+
 WARM_SQL = """
 select provider, account, bound_warm, bound_cold, cache_saved_nusd
 from warm_month where month_utc = :month
@@ -613,6 +645,8 @@ async def load(db, now):
         "daily_chart": daily_chart(summaries, daily_spend, month, day),
         "daily_spend": daily_spend,
         "client_tokens": await client_tokens(db, params),
+        "model_spend": await spend_by(db, params, "month_model", MODEL_SPEND_SQL),
+        "client_spend": await spend_by(db, params, "month_client", CLIENT_SPEND_SQL),
         "warm_prefix": await warm_prefixes(db, params),
     }
 
@@ -620,6 +654,11 @@ async def load(db, now):
 def _money(nusd):
     """An amount for scripts: integer nanodollars and the exact decimal USD string."""
     return {"nusd": nusd, "usd": usd_exact(nusd)}
+
+
+def _spend_row(row, label):
+    return {label: row["key"], "attempts": row["attempts"], "settled": _money(row["settled_nusd"]),
+            "open_ceilings": _money(row["open_nusd"])}
 
 
 def _forecast_json(summary):
@@ -690,6 +729,8 @@ def as_json(ledger):
             {key: row[key] for key in ("account", "client", "tokens_used", "tokens_open")}
             for row in ledger.get("client_tokens", ())
         ],
+        "model_spend": [_spend_row(row, "model") for row in ledger.get("model_spend", ())],
+        "client_spend": [_spend_row(row, "client") for row in ledger.get("client_spend", ())],
         "queries": [{"name": q["name"], "title": q["title"], "url": q["url"]} for q in ledger.get("queries", ())],
         "warm_prefix": [
             {

@@ -11,8 +11,9 @@ Every query is a single SELECT: none writes. Optional parameters are written
 
 None sums attempt rows, so each costs the same at a thousand attempts or ten million
 (docs/performance.md "Spend views at any length of history"): spend comes from the running
-totals the ledger keeps in ``month`` and ``day``, counts by outcome from ``month_outcome`` (kept
-by triggers in the transaction that writes the attempt, llm_accounts/schema.py), and the one
+totals the ledger keeps in ``month`` and ``day``, counts by outcome from ``month_outcome``, spend
+by model, client and conversation from ``month_model``, ``month_client`` and ``month_conversation``
+(all kept by triggers in the transaction that writes the attempt, llm_accounts/schema.py), and the one
 query that lists attempts walks the partial ``attempt_open`` index a page at a time.
 """
 
@@ -24,7 +25,7 @@ import dataclasses
 LEDGER_TABLES = ("account", "month", "attempt")
 """A database holding these tables is a ledger."""
 
-TOTALS_TABLES = ("day", "month_outcome")
+TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation")
 """The totals the queries read. A ledger written by an older llm-accounts gains them (filled from
 its rows) the next time any ``llm accounts`` command opens it; until then it gets no queries."""
 
@@ -307,11 +308,73 @@ where (:account = '' or account.name = :account)
 order by account.rank, account.name""",
 )
 
+def _spend_by(name, title, description, table, column, label, *, limit=None):
+    """A spend-by-dimension query over one of the per-period totals tables: settled spend and
+    held ceilings side by side, never summed (docs/architecture.md "Spend")."""
+    return Query(
+        name=name,
+        title=title,
+        description=description + (
+            " Settled is what settled attempts cost; open ceilings are held for attempts whose "
+            "outcome is not known yet, and are not spent. Filter by account and credit period "
+            "(YYYY-MM)."
+        ),
+        params=("account", "month"),
+        sql=f"""with grouped as (
+  select
+    month_utc,
+    {column} as {label},
+    sum(attempts) as attempts,
+    sum(settled_nusd) as settled_nusd,
+    sum(open_nusd) as open_nusd
+  from {table}
+  where (:account = '' or account = :account) and (:month = '' or month_utc = :month)
+  group by month_utc, {column}
+  having sum(attempts) > 0
+)
+select
+  month_utc as credit_period,
+  {label},
+  attempts,
+  {usd_sql("settled_nusd")} as settled_usd,
+  {usd_sql("open_nusd")} as open_ceilings_usd
+from grouped
+order by credit_period desc, settled_nusd + open_nusd desc, {label}""" + (f"\nlimit {limit}" if limit else ""),
+    )
+
+
+SPEND_BY_MODEL = _spend_by(
+    "spend_by_model", "Spend by model",
+    "Attempts, settled spend and open ceilings per credit period and requested model.",
+    "month_model", "model", "model",
+)
+
+SPEND_BY_CLIENT = _spend_by(
+    "spend_by_client", "Spend by client",
+    "Attempts, settled spend and open ceilings per credit period and client label "
+    "(LLM_ACCOUNTS_CLIENT); attempts without a label are not listed.",
+    "month_client", "client", "client",
+)
+
+CONVERSATIONS_SHOWN = 1000
+"""Rows of ``spend_by_conversation``: the costliest conversations first."""
+
+SPEND_BY_CONVERSATION = _spend_by(
+    "spend_by_conversation", "Spend by conversation",
+    f"Attempts, settled spend and open ceilings per credit period and llm conversation id, the "
+    f"costliest {CONVERSATIONS_SHOWN} first ('llm logs --cid ID' shows a conversation).",
+    "month_conversation", "conversation", "conversation", limit=CONVERSATIONS_SHOWN,
+)
+
+
 QUERIES = (
     SPEND_BY_MONTH,
     SPEND_TODAY,
     OPEN_ATTEMPTS,
     ATTEMPTS_BY_OUTCOME,
+    SPEND_BY_MODEL,
+    SPEND_BY_CLIENT,
+    SPEND_BY_CONVERSATION,
     REJECTION_CLASSES,
     WARM_PREFIXES,
     HEALTH,

@@ -1090,13 +1090,53 @@ def _warm_line(warmth):
     )
 
 
+def _instant(text, option, *, end=False):
+    """The ledger time string for an ``--since``/``--until`` value: an ISO date (its 00:00 UTC;
+    for ``end``, the next day's, so the day is included) or an ISO instant (UTC if it names no
+    offset). The value is never repeated in the error: it is free text from the command line."""
+    import datetime as dt
+
+    from . import clock
+    from .records import invalid
+
+    try:
+        if len(text) == 10:
+            day = dt.date.fromisoformat(text) + dt.timedelta(days=1 if end else 0)
+            return clock.isoformat(dt.datetime(day.year, day.month, day.day, tzinfo=clock.UTC))
+        instant = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise invalid(option, "must be an ISO date (2026-12-01) or instant (2026-12-01T09:30:00Z)") from None
+    return clock.isoformat(instant if instant.tzinfo else instant.replace(tzinfo=clock.UTC))
+
+
+def _echo_csv(header, rows):
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(rows)
+    click.echo(out.getvalue(), nl=False)
+
+
+_ATTEMPT_CSV = ("id", "created_at", "account", "state", "outcome", "requested_model", "served_model", "client",
+                "scope_kind", "scope_id", "ceiling_nusd", "cost_nusd", "ceiling_usd", "cost_usd")
+
+
 @accounts.command()
 @click.argument("attempt_id", required=False)
 @click.option("open_", "--open", is_flag=True, help="Only attempts still holding their ceiling")
 @click.option("--account", metavar="NAME", help="Only this account's attempts")
+@click.option("--model", metavar="MODEL", help="Only attempts that requested or were served this model")
+@click.option("--client", metavar="LABEL", help="Only attempts with this client label")
+@click.option("--conversation", metavar="ID", help="Only this llm conversation's attempts")
+@click.option("--since", metavar="WHEN", help="Only attempts created at or after this ISO date or instant (UTC)")
+@click.option("--until", metavar="WHEN", help="Only attempts created before this instant, or up to the end of this ISO date (UTC)")
 @click.option("--limit", type=click.IntRange(1), metavar="N", help="Newest N attempts (default 20; with --open, every open attempt)")
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
-def attempts(attempt_id, open_, account, limit, json_):
+@click.option("csv_", "--csv", is_flag=True, help="Output CSV (money as nanodollars and exact dollars)")
+def attempts(attempt_id, open_, account, model, client, conversation, since, until, limit, json_, csv_):
     """List attempts, newest first: id, account, state, outcome, ceiling and cost.
 
     An open attempt keeps its ceiling counted against the budget until it is settled or
@@ -1109,28 +1149,52 @@ def attempts(attempt_id, open_, account, limit, json_):
     Example:
         llm accounts attempts --open
         llm accounts attempts --account work --limit 5 --json
+        llm accounts attempts --model claude-sonnet-4-5 --since 2026-12-01 --csv
+        llm accounts attempts --client nightly --until 2026-12-01T12:00:00Z
         llm accounts attempts 0f6c3a52 --json
     """
     from .errors import AccountsError
-    from .money import usd_fine
+    from .money import usd_exact, usd_fine
 
     filters = {"state": "open"} if open_ else {}
-    if account:
-        filters["account"] = account
     if limit is None and not open_:
         limit = 20
     try:
+        if json_ and csv_:
+            raise AccountsError("declaration_invalid", "--json, --csv: give one output format, not both")
+        for key, value in (("account", account), ("model", model), ("client", client), ("scope_id", conversation)):
+            if value is not None:
+                filters[key] = value
+        if conversation is not None:
+            filters["scope_kind"] = "conversation"
+        if since is not None:
+            filters["since"] = _instant(since, "--since")
+        if until is not None:
+            filters["until"] = _instant(until, "--until", end=True)
         ledger = _ledger()
         if attempt_id is not None:
             filters = {**filters, "id": ledger.resolve_attempt_id(attempt_id)}
-        rows = ledger.attempts(limit=limit, **filters)
-        total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
+        # A filter the totals tables do not carry (model, client, conversation, a time range)
+        # would make the "N more" count read every attempt; one row past the limit says whether
+        # there are more instead (docs/performance.md "Spend views at any length of history").
+        counted = not set(filters) & {"model", "client", "scope_id", "since", "until"}
+        rows = ledger.attempts(limit=limit if counted or limit is None else limit + 1, **filters)
+        if not counted and limit is not None and len(rows) > limit:
+            rows, total = rows[:limit], None
+        else:
+            total = ledger.attempt_count(**filters) if limit is not None and len(rows) == limit else len(rows)
     except AccountsError as error:
         fail(error)
     if json_:
         for row in rows:
             row["usage"] = json.loads(row.pop("usage_json")) if row.get("usage_json") else None
         echo_json(rows)
+        return
+    if csv_:
+        _echo_csv(_ATTEMPT_CSV, (
+            [row[name] for name in _ATTEMPT_CSV[:-2]] + [usd_exact(row["ceiling_nusd"]), usd_exact(row["cost_nusd"])]
+            for row in rows
+        ))
         return
     if not rows:
         click.echo("No open attempts" if open_ else "No attempts")
@@ -1150,10 +1214,73 @@ def attempts(attempt_id, open_, account, limit, json_):
             )
         )
     _table(table)
+    if total is None:
+        click.echo(f"More attempts match; show more with --limit {limit * 2}")
+        return
     more = total - len(rows)
     if more > 0:
         kind = "open attempt" if open_ else "attempt"
         click.echo(f"{more} more {kind}{'s' if more != 1 else ''}; show them with --limit {total}")
+
+
+@accounts.command()
+@click.option("--by", "by", type=click.Choice(["account", "model", "client", "conversation", "day"]), default="account",
+              show_default=True, help="Group the spend by this")
+@click.option("--period", metavar="YYYY-MM", help="Credit period (default: the current one)")
+@click.option("--account", metavar="NAME", help="Only this account's spend")
+@click.option("--client", metavar="LABEL", help="Only attempts with this client label")
+@click.option("json_", "--json", is_flag=True, help="Output JSON (money in nanodollars)")
+@click.option("csv_", "--csv", is_flag=True, help="Output CSV (money as nanodollars and exact dollars)")
+def spend(by, period, account, client, json_, csv_):
+    """Spend of one credit period by account, model, client label, conversation or UTC day.
+
+    Settled is what settled attempts cost; held is the ceilings of open attempts, still counted
+    against the budget until they settle or are reconciled: held is never shown as spent. Models
+    are the requested ones. With --by client, attempts without a label are listed as "(none)".
+
+    \b
+    Example:
+        llm accounts spend
+        llm accounts spend --by model --period 2026-11
+        llm accounts spend --by day --account work --csv
+        llm accounts spend --by conversation --client nightly --json
+    """
+    import re
+
+    from . import clock
+    from .errors import AccountsError
+    from .money import usd_exact, usd_fine
+
+    try:
+        if json_ and csv_:
+            raise AccountsError("declaration_invalid", "--json, --csv: give one output format, not both")
+        if period is None:
+            period = clock.credit_month(clock.now())
+        elif not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", period):
+            raise AccountsError("declaration_invalid", "--period: must be a credit period YYYY-MM, such as 2026-11")
+        rows = _ledger().spend_by(by, period, account=account, client=client)
+    except AccountsError as error:
+        fail(error)
+    total = {name: sum(row[name] for row in rows) for name in ("attempts", "settled_nusd", "open_nusd")}
+    if json_:
+        echo_json({"period": period, "by": by, "rows": [{by: row["key"], **{k: row[k] for k in total}} for row in rows],
+                   "total": total})
+        return
+    if csv_:
+        _echo_csv((by, "attempts", "settled_nusd", "open_nusd", "settled_usd", "held_usd"), (
+            (row["key"], row["attempts"], row["settled_nusd"], row["open_nusd"], usd_exact(row["settled_nusd"]),
+             usd_exact(row["open_nusd"])) for row in rows
+        ))
+        return
+    if not rows:
+        click.echo(f"No attempts in credit period {period}")
+        return
+    table = [(by, "attempts", "settled", "held (open)")]
+    for row in rows + [dict(total, key="total")]:
+        key = "(none)" if row["key"] is None else row["key"]
+        table.append((key, row["attempts"], usd_fine(row["settled_nusd"]), usd_fine(row["open_nusd"])))
+    click.echo(f"Credit period {period}")
+    _table(table)
 
 
 @accounts.command()

@@ -1436,16 +1436,89 @@ class Ledger:
 
         return self._run("spend", run, write=False)
 
+    SPEND_DIMENSIONS = ("account", "model", "client", "conversation", "day")
+
+    def spend_by(self, by, month_utc, *, account=None, client=None, provider="anthropic"):
+        """Spend of one credit period grouped by ``by`` (one of ``SPEND_DIMENSIONS``): rows of
+        ``key``, ``attempts``, ``settled_nusd`` (costs of settled attempts) and ``open_nusd``
+        (ceilings still held), never summed into one figure (docs/architecture.md "Spend").
+
+        Without ``client``, every dimension reads a totals table the attempt triggers keep
+        (``month_model``, ``month_client``, ``month_conversation``, ``day``): a few rows per
+        period however long the history. A client filter sums the period's attempt rows.
+        ``client`` lists attempts without a label under the key ``None``; ``conversation``
+        covers conversations' attempts (a one-off prompt has none)."""
+        if by not in self.SPEND_DIMENSIONS:
+            raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
+        check_month(month_utc)
+        if account is not None:
+            check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        start, end = clock.credit_period(month_utc)
+        params = {"provider": provider, "month": month_utc, "account": account, "client": client,
+                  "first_day": start.date().isoformat(), "end_day": end.date().isoformat()}
+        sums = "SUM(attempts) AS attempts, SUM(settled_nusd) AS settled_nusd, SUM(open_nusd) AS open_nusd"
+        in_scope = "provider = :provider AND account = COALESCE(:account, account)"
+        if client is None and by in ("account", "model"):
+            sql = f"SELECT {by} AS key, {sums} FROM month_model WHERE {in_scope} AND month_utc = :month GROUP BY 1"
+        elif client is None and by == "conversation":
+            sql = f"SELECT conversation AS key, {sums} FROM month_conversation WHERE {in_scope} AND month_utc = :month GROUP BY 1"
+        elif client is None and by == "day":
+            sql = (f"SELECT day_utc AS key, {sums} FROM day WHERE {in_scope} "
+                   "AND day_utc >= :first_day AND day_utc < :end_day GROUP BY 1")
+        elif client is None and by == "client":
+            # Labelled attempts from month_client; the unlabelled rest is the period's month_model
+            # total minus them (every attempt is in month_model).
+            sql = f"""SELECT client AS key, {sums} FROM month_client WHERE {in_scope} AND month_utc = :month GROUP BY 1
+                UNION ALL
+                SELECT NULL, t.attempts - COALESCE(c.attempts, 0), t.settled_nusd - COALESCE(c.settled_nusd, 0),
+                       t.open_nusd - COALESCE(c.open_nusd, 0)
+                FROM (SELECT {sums} FROM month_model WHERE {in_scope} AND month_utc = :month) t,
+                     (SELECT {sums} FROM month_client WHERE {in_scope} AND month_utc = :month) c"""
+        else:
+            column = {"account": "account", "model": "requested_model", "client": "client",
+                      "conversation": "scope_id", "day": "day_utc"}[by]
+            sql = f"""SELECT {column} AS key, COUNT(*) AS attempts, COALESCE(SUM(cost_nusd), 0) AS settled_nusd,
+                       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) AS open_nusd
+                FROM attempt WHERE {in_scope} AND month_utc = :month
+                  {"AND client = :client" if client is not None else ""}
+                  {"AND scope_kind = 'conversation'" if by == "conversation" else ""}
+                GROUP BY 1"""
+
+        def run(conn):
+            rows = [
+                {"key": row[0], "attempts": int(row[1] or 0), "settled_nusd": int(row[2] or 0), "open_nusd": int(row[3] or 0)}
+                for row in conn.execute(sql, params)
+            ]
+            rows = [row for row in rows if row["attempts"] > 0]
+            if by == "day":
+                return sorted(rows, key=lambda row: row["key"])
+            return sorted(rows, key=lambda row: (-(row["settled_nusd"] + row["open_nusd"]), row["key"] is None, row["key"] or ""))
+
+        return self._run("spend_by", run, write=False)
+
     _FILTERS = ("id", "account", "state", "outcome", "month_utc", "day_utc", "scope_kind", "scope_id", "client", "provider")
 
-    def attempts(self, *, limit=None, oldest_first=False, **filters):
-        """Attempt rows, newest first, filtered by equality on any of ``_FILTERS``."""
-        unknown = set(filters) - set(self._FILTERS)
+    # Beyond equality: ``model`` matches the requested or the served model; ``since`` and
+    # ``until`` bound created_at (ledger time strings, since inclusive, until exclusive).
+    _RANGE_FILTERS = ("model", "since", "until")
+
+    def _attempt_where(self, filters):
+        unknown = set(filters) - set(self._FILTERS) - set(self._RANGE_FILTERS)
         if unknown:
-            raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
+            raise invalid("filter", f"must be among {', '.join(self._FILTERS + self._RANGE_FILTERS)}")
+        special = {
+            "model": "(requested_model = :model OR served_model = :model)",
+            "since": "created_at >= :since",
+            "until": "created_at < :until",
+        }
+        return " AND ".join(special.get(column, f"{column} = :{column}") for column in filters) or "1 = 1"
+
+    def attempts(self, *, limit=None, oldest_first=False, **filters):
+        """Attempt rows, newest first, filtered by equality on any of ``_FILTERS`` and by
+        ``_RANGE_FILTERS``."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise invalid("limit", "must be a positive integer")
-        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1 = 1"
+        where = self._attempt_where(filters)
         direction = "ASC" if oldest_first else "DESC"
         # Admission order, SQLite's rowid (PostgreSQL's seq): the clock is read under the write
         # lock, so it follows created_at, and on SQLite it needs no index (a list of the newest
@@ -1481,11 +1554,7 @@ class Ledger:
 
     def attempt_count(self, **filters):
         """How many attempt rows match ``filters`` (the same filters as ``attempts``)."""
-        unknown = set(filters) - set(self._FILTERS)
-        if unknown:
-            raise invalid("filter", f"must be among {', '.join(self._FILTERS)}")
-        where = " AND ".join(f"{column} = :{column}" for column in filters) or "1 = 1"
-        sql = f"SELECT COUNT(*) FROM attempt WHERE {where}"
+        sql = f"SELECT COUNT(*) FROM attempt WHERE {self._attempt_where(filters)}"
         if set(filters) <= self._TOTAL_FILTERS:
             # Filters the month_outcome totals carry: a sum over a few of their rows, however
             # long the history (schema.py); otherwise the rows are counted.

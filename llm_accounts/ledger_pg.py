@@ -244,6 +244,53 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE OR REPLACE FUNCTION llm_accounts_attempt_model() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's attempt_model_* triggers do.
+    IF TG_OP <> 'INSERT' THEN
+        UPDATE month_model SET attempts = month_model.attempts - 1,
+            settled_nusd = month_model.settled_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = month_model.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        WHERE month_model.month_utc = OLD.month_utc AND month_model.provider = OLD.provider
+            AND month_model.account = OLD.account AND month_model.model = OLD.requested_model;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.requested_model, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT (month_utc, provider, account, model) DO UPDATE SET attempts = month_model.attempts + 1,
+        settled_nusd = month_model.settled_nusd + excluded.settled_nusd,
+        open_nusd = month_model.open_nusd + excluded.open_nusd;
+    RETURN NEW;
+END $$;
+
+CREATE OR REPLACE FUNCTION llm_accounts_attempt_conversation() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's attempt_conversation_* triggers do, for conversations' attempts.
+    IF TG_OP <> 'INSERT' AND OLD.scope_kind = 'conversation' THEN
+        UPDATE month_conversation SET attempts = month_conversation.attempts - 1,
+            settled_nusd = month_conversation.settled_nusd - COALESCE(OLD.cost_nusd, 0),
+            open_nusd = month_conversation.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        WHERE month_conversation.month_utc = OLD.month_utc AND month_conversation.provider = OLD.provider
+            AND month_conversation.account = OLD.account AND month_conversation.conversation = OLD.scope_id;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN OLD;
+    END IF;
+    IF NEW.scope_kind = 'conversation' THEN
+        INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.scope_id, 1, COALESCE(NEW.cost_nusd, 0),
+                CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+        ON CONFLICT (month_utc, provider, account, conversation) DO UPDATE SET
+            attempts = month_conversation.attempts + 1,
+            settled_nusd = month_conversation.settled_nusd + excluded.settled_nusd,
+            open_nusd = month_conversation.open_nusd + excluded.open_nusd;
+    END IF;
+    RETURN NEW;
+END $$;
+
 DROP TRIGGER IF EXISTS attempt_totals ON attempt;
 CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
     rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
@@ -252,6 +299,12 @@ DROP TRIGGER IF EXISTS attempt_client ON attempt;
 CREATE TRIGGER attempt_client AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd, tokens,
     ceiling_tokens ON attempt
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_client();
+DROP TRIGGER IF EXISTS attempt_model ON attempt;
+CREATE TRIGGER attempt_model AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_model();
+DROP TRIGGER IF EXISTS attempt_conversation ON attempt;
+CREATE TRIGGER attempt_conversation AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_conversation();
 """
 
 EXTRA = f"""
@@ -375,8 +428,16 @@ class PostgresBackend:
         raw.execute(self._begin_write)
         try:
             if not self._check(raw, creating=True):
+                present = {row[0] for row in raw.execute(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+                )}
                 for statement in create_statements():
                     raw.execute(statement)
+                # Totals added after PostgreSQL support are filled from the rows, under the lock
+                # and with their triggers, as the SQLite open does (schema.BACKFILL).
+                for table in set(BACKFILLED) - present if present else ():
+                    for statement in schema.statements(schema.BACKFILL[table]):
+                        raw.execute(statement)
                 # A version-2 ledger gains what version 3 adds (``waiter``) and says version 3.
                 raw.execute(
                     f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO UPDATE SET version = excluded.version",
@@ -469,7 +530,8 @@ class PostgresBackend:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
 
 
-TOTALS_TABLES = ("day", "month_outcome", "month_client")
+TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation")
+BACKFILLED = ("month_model", "month_conversation")  # issue 23: standard SQL, run as is
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")

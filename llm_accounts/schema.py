@@ -311,6 +311,84 @@ CREATE TRIGGER IF NOT EXISTS attempt_totals_delete AFTER DELETE ON attempt BEGIN
         AND rejection_class = COALESCE(OLD.rejection_class, '') AND http_status = COALESCE(OLD.http_status, 0);
 END;
 
+-- Per credit period, account and requested model (issue 23, docs/architecture.md "Spend"): what
+-- `llm accounts spend --by model`, the spend_by_model query and the dashboard's model panel read,
+-- a few rows per period however long the history. The requested model, not the served one: it is
+-- known at reservation and never changes, so a row is keyed once and the triggers stay simple.
+CREATE TABLE IF NOT EXISTS month_model (
+    month_utc     TEXT NOT NULL,
+    provider      TEXT NOT NULL,
+    account       TEXT NOT NULL,
+    model         TEXT NOT NULL,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    settled_nusd  INTEGER NOT NULL DEFAULT 0,   -- costs of settled attempts
+    open_nusd     INTEGER NOT NULL DEFAULT 0,   -- ceilings of open attempts
+    PRIMARY KEY (month_utc, provider, account, model)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS attempt_model_insert AFTER INSERT ON attempt BEGIN
+    INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.requested_model, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, settled_nusd = settled_nusd + excluded.settled_nusd,
+        open_nusd = open_nusd + excluded.open_nusd;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_model_update AFTER UPDATE OF state, cost_nusd, ceiling_nusd ON attempt BEGIN
+    UPDATE month_model SET
+        settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0) + COALESCE(NEW.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+            + CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END
+    WHERE month_utc = NEW.month_utc AND provider = NEW.provider AND account = NEW.account
+        AND model = NEW.requested_model;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_model_delete AFTER DELETE ON attempt BEGIN
+    UPDATE month_model SET attempts = attempts - 1, settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account
+        AND model = OLD.requested_model;
+END;
+
+-- Per credit period, account and llm conversation (attempts of conversations only; a one-off
+-- prompt has no conversation): what `llm accounts spend --by conversation` and the
+-- spend_by_conversation query read. One row per conversation and period, kept like month_model.
+CREATE TABLE IF NOT EXISTS month_conversation (
+    month_utc     TEXT NOT NULL,
+    provider      TEXT NOT NULL,
+    account       TEXT NOT NULL,
+    conversation  TEXT NOT NULL,   -- the llm conversation id (attempt.scope_id)
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    settled_nusd  INTEGER NOT NULL DEFAULT 0,   -- costs of settled attempts
+    open_nusd     INTEGER NOT NULL DEFAULT 0,   -- ceilings of open attempts
+    PRIMARY KEY (month_utc, provider, account, conversation)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS attempt_conversation_insert AFTER INSERT ON attempt WHEN NEW.scope_kind = 'conversation' BEGIN
+    INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.scope_id, 1, COALESCE(NEW.cost_nusd, 0),
+            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
+    ON CONFLICT DO UPDATE SET attempts = attempts + 1, settled_nusd = settled_nusd + excluded.settled_nusd,
+        open_nusd = open_nusd + excluded.open_nusd;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_conversation_update AFTER UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
+WHEN NEW.scope_kind = 'conversation' BEGIN
+    UPDATE month_conversation SET
+        settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0) + COALESCE(NEW.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+            + CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END
+    WHERE month_utc = NEW.month_utc AND provider = NEW.provider AND account = NEW.account
+        AND conversation = NEW.scope_id;
+END;
+
+CREATE TRIGGER IF NOT EXISTS attempt_conversation_delete AFTER DELETE ON attempt WHEN OLD.scope_kind = 'conversation' BEGIN
+    UPDATE month_conversation SET attempts = attempts - 1, settled_nusd = settled_nusd - COALESCE(OLD.cost_nusd, 0),
+        open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account
+        AND conversation = OLD.scope_id;
+END;
+
 -- Warm prefixes at work, per credit period and account (docs/architecture.md "Warm prefixes"): new
 -- conversations whose request had a one-hour prefix that bound where it was warm or cold, and
 -- what cache reads saved (llm_accounts.cache_savings). The ledger keeps it in the reservation and
@@ -431,10 +509,25 @@ SELECT month_utc, provider, account, client, COUNT(*), COALESCE(SUM(cost_nusd), 
        COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_tokens END), 0)
 FROM attempt WHERE client IS NOT NULL GROUP BY month_utc, provider, account, client
 """,
+    "month_model": """
+DELETE FROM month_model;
+INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+SELECT month_utc, provider, account, requested_model, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt GROUP BY month_utc, provider, account, requested_model
+""",
+    "month_conversation": """
+DELETE FROM month_conversation;
+INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
+SELECT month_utc, provider, account, scope_id, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt WHERE scope_kind = 'conversation' GROUP BY month_utc, provider, account, scope_id
+""",
 }
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
+               "month_model", "month_conversation",  # issue 23, gained on open
                "warm_month",  # warm_month: issue 13, gained on open
                "host_health",  # per-host transport health (issue 25), gained on open
                "budget_warning",  # thresholds warned of (issue 23), gained on open

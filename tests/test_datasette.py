@@ -124,7 +124,7 @@ def build_ledger(path, now=NOW, wall=None):
                  account=account, month_utc=month, day_utc=clock.utc_day(at), ceiling_nusd=ceiling,
                  price_revision="2026-11-01", requested_model="claude-sonnet-4-5",
                  served_model="claude-sonnet-4-5" if outcome == "complete" else None,
-                 request_digest="0" * 64, client=None, llm_response_id=None, state=state,
+                 request_digest="0" * 64, client="nightly" if account == "beta" else None, llm_response_id=None, state=state,
                  outcome=outcome, provider_error_type=error_type, rejection_class=rejection,
                  failure_class=failure, http_status=status, cost_nusd=cost, usage_json=None,
                  request_id=None, created_at=iso(at),

@@ -148,7 +148,7 @@ def older_ledger(path):
     conn = sqlite3.connect(path)
     later = ("warm_prefix", "health", "adjustment_account_month",
              # the totals the spend views read, and the triggers that keep them (a later build)
-             "TABLE IF NOT EXISTS day ", "month_outcome", "month_client", "TRIGGER")
+             "TABLE IF NOT EXISTS day ", "month_outcome", "month_client", "month_model", "month_conversation", "TRIGGER")
     base = [s for s in schema.statements() if not any(n in s for n in later)]
     for statement in base:
         conn.execute(statement)

@@ -58,7 +58,7 @@ def history(ledger):
 
 
 def totals(ledger):
-    tables = ("month", "day", "month_outcome", "month_client", "warm_month", "binding", "adjustment")
+    tables = ("month", "day", "month_outcome", "month_client", "month_model", "month_conversation", "warm_month", "binding", "adjustment")
     out = {}
     for table in tables:
         rows = ledger._conn.execute(f"SELECT * FROM {table}").fetchall()
