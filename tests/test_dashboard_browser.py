@@ -158,3 +158,10 @@ def test_dashboard_screenshot_paints_the_bars(dashboard_url, tmp_path):
     assert (width, height) == (1280, 900)
     blue = sum(row.count(SETTLED_BLUE) for row in rows)
     assert blue > 2_000, "the settled-spend bars were not painted"
+
+
+def test_dashboard_dom_has_the_model_and_client_dollar_panels_and_the_pace_forecast(dashboard_url, tmp_path):
+    dom = chromium(tmp_path, "--dump-dom", dashboard_url)
+    assert 'class="llma-model-spend"' in dom and 'data-model="claude-sonnet-4-5"' in dom
+    assert 'class="llma-client-spend"' in dom and 'data-client="nightly"' in dom
+    assert 'aria-label="Pace forecast"' in dom and "Pace: " in dom
