@@ -254,10 +254,10 @@ def stale_accounts(declaration, served, now):
         entry = served.get(account.name)
         if not isinstance(entry, dict) or not isinstance(entry.get("models"), list):
             continue
-        fetched = _time(entry.get("refreshed_at"))
+        fetched = clock.parse_aware(entry.get("refreshed_at"))
         if fetched is not None and now - fetched < STALE_AFTER:
             continue
-        tried = [t for t in (_time(entry.get("failed_at")), _time(entry.get("started_at"))) if t is not None]
+        tried = [t for t in (clock.parse_aware(entry.get("failed_at")), clock.parse_aware(entry.get("started_at"))) if t is not None]
         if fetched is not None and tried and max(tried) > fetched and now - max(tried) < backoff(entry.get("tries")):
             continue
         names.append(account.name)
@@ -373,9 +373,9 @@ def list_status(name, served, now):
     entry = served.get(name)
     if not isinstance(entry, dict) or not isinstance(entry.get("models"), list):
         return ListStatus(None, None, False)
-    fetched, failed = _time(entry.get("refreshed_at")), _time(entry.get("failed_at"))
+    fetched, failed = clock.parse_aware(entry.get("refreshed_at")), clock.parse_aware(entry.get("failed_at"))
     failing = failed is not None and (fetched is None or failed > fetched)
-    started = _time(entry.get("started_at"))
+    started = clock.parse_aware(entry.get("started_at"))
     unfinished = started is not None and (fetched is None or started > fetched) and (failed is None or started > failed)
     return ListStatus(
         models=len(entry["models"]),
@@ -429,16 +429,6 @@ def _canonical(model_ids, revision):
     return tuple(dict.fromkeys(ids))
 
 
-def _time(value):
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _short(value):
-    parsed = _time(value)
+    parsed = clock.parse_aware(value)
     return "an unknown time" if parsed is None else parsed.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -59,3 +59,15 @@ def next_day_start(t):
 def isoformat(t):
     """The ledger's one time format: ``isoformat()`` of an aware UTC datetime."""
     return _aware(t).isoformat()
+
+
+def parse_aware(value):
+    """An aware datetime from an ``isoformat()`` text kept in a file of ours, or None for anything
+    else (a missing, naive or malformed value reads as never)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None

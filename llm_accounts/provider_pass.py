@@ -210,10 +210,10 @@ def due(declaration, state, now):
     ran within ``RUN_EVERY`` nor failed within ``RETRY_AFTER``."""
     if not any(account.admin_key_env for account in declaration.accounts):
         return False
-    last = _time(state.get("last_run"))
+    last = clock.parse_aware(state.get("last_run"))
     if last is not None and now - last < RUN_EVERY:
         return False
-    failed = _time(state.get("failed_at"))
+    failed = clock.parse_aware(state.get("failed_at"))
     return failed is None or now - failed >= RETRY_AFTER
 
 
@@ -278,7 +278,7 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
 def status_note(state):
     """What ``llm accounts status`` says about the automatic pass: its last failure, if the latest
     pass failed, else None (a failure is otherwise silent: the pass never speaks in a prompt)."""
-    failed, error = _time(state.get("failed_at")), state.get("error")
+    failed, error = clock.parse_aware(state.get("failed_at")), state.get("error")
     if failed is None or not isinstance(error, str) or not error.isidentifier():
         return None
     when = failed.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -296,11 +296,3 @@ def wait_for_background(timeout=None):
     return True
 
 
-def _time(value):
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None

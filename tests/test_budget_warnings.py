@@ -110,7 +110,7 @@ def push_alpha_to(share_nusd):
     from llm_accounts.paths import ledger_path
 
     with Ledger(ledger_path()) as ledger:
-        ledger.adjust("adj-1", "alpha", "2026-11", share_nusd, "test: spend so far")
+        ledger.adjust("adj-1", "alpha", clock.credit_month(NOW), share_nusd, "test: spend so far", now=NOW)
 
 
 def test_a_routed_prompt_past_a_threshold_warns_once_on_stderr(accounts, at_now):
