@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 
-from . import cache_savings, clock, forecast, health, selection, thresholds
+from . import cache_savings, clock, forecast, health, recheck, selection, thresholds
 from .ledger_sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
 from .errors import AccountsError
 from .money import INT64_MAX
@@ -270,6 +270,7 @@ def _facts_from_row(row, now, full=True, model=None):
         host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
         in_ledger=True,
         model_record=None if model is None else _model_health_from(row, model),
+        stamp=recheck.stamp(row),
     )
 
 
@@ -465,11 +466,56 @@ class Ledger:
             check_id(waiter, "waiter")
         return self._run(
             "reserve", self._reserve, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now,
-            waiter,
+            waiter, transaction=False,
         )
 
-    def _reserve(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
-        now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
+    def _reserve(self, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
+        """Read and choose without a lock, then write under the chosen account's lock, re-checking
+        its limits (``recheck.admit``); again while another writer changed that account between
+        the two, up to ``BUSY_TIMEOUT_S`` (docs/architecture.md "Ledger on PostgreSQL")."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        args = (scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter)
+        while True:
+            plan = self._transaction(self._choose, args, False)
+            if isinstance(plan, _Deferred):
+                raise plan.error
+            if callable(plan):  # a refusal that queues or drops this caller's place first
+                self._transaction(plan, (), True)
+                raise AssertionError("unreachable: the refusal's write raises")  # pragma: no cover
+            if self._write_admission(plan):
+                return Reservation(
+                    attempt_id=attempt_id,
+                    scope=scope,
+                    account=plan.verdict.account.name,
+                    month_utc=plan.month,
+                    day_utc=plan.day,
+                    ceiling_nusd=quote.ceiling_nusd,
+                    new_binding=plan.bound is None or plan.moving,
+                    probe=plan.verdict.probe,
+                )
+            if time.monotonic() >= deadline:
+                raise _busy()
+
+    def _write_admission(self, plan):
+        conn, backend = self._conn, self._backend
+        if conn is None:
+            raise self._unavailable("the ledger is closed")
+        try:
+            with backend.exchange(conn):
+                cursor = recheck.admit(conn, backend, plan)
+                backend.commit(conn)
+            return backend.rowcount(cursor) == 1
+        except BaseException as error:
+            backend.rollback(conn)
+            if isinstance(error, backend.errors):
+                if backend.is_conflict(error):
+                    return False  # read again: the conversation is bound, or the id taken
+                raise self._map(error) from None
+            raise
+
+    def _choose(self, conn, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
+        """The read half of an admission, in one snapshot: a ``recheck.Plan``, or the refusal."""
+        now = now or clock.now()
         provider = scope.provider
         month, day = clock.credit_month(now), clock.utc_day(now)
         duplicate, newest, bound, waiting = conn.execute(
@@ -488,11 +534,15 @@ class Ledger:
             )
         facts = _read_facts(conn, provider, month, now, self.host, full=False, model=quote.requested_model)
         moving = bound is not None and bound in exclude and _unbilled(conn, scope)
+        old_binding = None
         if moving:
-            bound = None
+            old_binding = conn.execute(
+                "SELECT account, warm, created_at FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+                (scope.kind, scope.id, provider),
+            ).fetchone()
         older, own = _waiters(conn, provider, waiter, now) if waiting else ((), None)
         try:
-            if bound is not None:
+            if bound is not None and not moving:
                 verdict = self._bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client, older)
             elif pinned is not None:
                 if pinned not in declared:
@@ -510,30 +560,26 @@ class Ledger:
             if error.held and waiter is not None:
                 # Queue (or keep) this caller's place, committed with nothing else (docs/architecture.md
                 # "Waiting for room").
-                _queue(conn, provider, waiter, own, bound or pinned, quote, now)
-                return _Deferred(error)
+                def queue(conn, refusal=error):
+                    self._backend.lock_waiters(conn)
+                    _queue(conn, provider, waiter, own, bound if bound is not None and not moving else pinned, quote, now)
+                    return _Deferred(refusal)
+
+                return queue
             if own is not None:  # nothing to wait for any more: its place goes
-                conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
-                return _Deferred(error)
+                def leave(conn, refusal=error):
+                    conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
+                    return _Deferred(refusal)
+
+                return leave
             raise
-        if own is not None:
-            conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
-        self._admit(conn, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
-        if moving:
-            _move_bound(conn, scope, month, verdict)
-            conn.execute(
-                "UPDATE binding SET account = ?, warm = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-                (verdict.account.name, verdict.warm, scope.kind, scope.id, provider),
-            )
-        return Reservation(
-            attempt_id=attempt_id,
-            scope=scope,
-            account=verdict.account.name,
-            month_utc=month,
-            day_utc=day,
-            ceiling_nusd=quote.ceiling_nusd,
-            new_binding=bound is None,
-            probe=verdict.probe,
+        f = verdict.facts
+        ahead = selection.ahead(older, verdict.account, f, verdict.budget_nusd, self._day_totals(conn, provider, f, day)) if older else (0, 0)
+        return recheck.Plan(
+            scope=scope, attempt_id=attempt_id, quote=quote, verdict=verdict, month=month, day=day,
+            ts=clock.isoformat(now), now=now, host=self.host, client=client, llm_response_id=llm_response_id,
+            ahead_nusd=ahead[0], bound=bound, moving=moving, old_binding=old_binding,
+            waiter=waiter if own is not None else None, stamp=recheck.EMPTY_STAMP if f.stamp is None else f.stamp,
         )
 
     def _bound_verdict(self, conn, scope, name, pinned, declared, facts, quote, day, now, client, older=()):
@@ -652,59 +698,6 @@ class Ledger:
             chosen.warm = candidates[0].warm  # recorded on the binding (docs/architecture.md "Warm prefixes")
         return chosen
 
-    def _admit(self, conn, scope, attempt_id, quote, v, month, day, now, new_binding, client, llm_response_id):
-        account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)
-        provider, name = scope.provider, account.name
-        self._ensure_account(conn, provider, account, f, ts)
-        daily = getattr(account, "daily_budget_nusd", None)
-        if f.month_row and f.daily_budget_nusd != daily:
-            # The daily budget is policy: the month row shows the one in force at the latest admission.
-            conn.execute(
-                "UPDATE month SET daily_budget_nusd = ? WHERE provider = ? AND name = ? AND month_utc = ?",
-                (daily, provider, name, month),
-            )
-        if not f.month_row:
-            conn.execute(
-                """INSERT INTO month (provider, name, month_utc, budget_nusd, daily_budget_nusd, key_env, created_at,
-                   settled_nusd, open_nusd, day_utc, day_settled_nusd, day_open_nusd)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0, ?)""",
-                (provider, name, month, account.budget_nusd, daily, account.key_env, ts, ceiling, day, ceiling),
-            )
-        elif f.day_utc == day:
-            conn.execute(
-                """UPDATE month SET open_nusd = open_nusd + ?1, day_open_nusd = day_open_nusd + ?1
-                   WHERE provider = ?2 AND name = ?3 AND month_utc = ?4""",
-                (ceiling, provider, name, month),
-            )
-        elif f.day_utc is None or f.day_utc < day:
-            conn.execute(
-                """UPDATE month SET open_nusd = open_nusd + ?1, day_utc = ?2, day_settled_nusd = 0, day_open_nusd = ?1
-                   WHERE provider = ?3 AND name = ?4 AND month_utc = ?5""",
-                (ceiling, day, provider, name, month),
-            )
-        else:
-            conn.execute(
-                "UPDATE month SET open_nusd = open_nusd + ? WHERE provider = ? AND name = ? AND month_utc = ?",
-                (ceiling, provider, name, month),
-            )
-        conn.execute(
-            """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
-               price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
-               ceiling_tokens, host)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?)""",
-            (attempt_id, scope.kind, scope.id, provider, name, month, day, ceiling, quote.price_revision,
-             quote.requested_model, quote.request_digest, client, llm_response_id, ts,
-             getattr(quote, "ceiling_tokens", None), self.host),
-        )
-        if new_binding:
-            conn.execute(
-                "INSERT INTO binding (scope_kind, scope_id, provider, account, created_at, warm) VALUES (?, ?, ?, ?, ?, ?)",
-                (scope.kind, scope.id, provider, name, ts, v.warm),
-            )
-            _count_bound(conn, month, provider, name, v.warm)
-        # A probe is admitted without a write: the attempt row itself holds the half-open slot
-        # (``_probe_sql``).
-
     def leave(self, waiter):
         """A waiter that stops waiting gives up its place (docs/architecture.md "Waiting for room")."""
         check_id(waiter, "waiter")
@@ -743,6 +736,7 @@ class Ledger:
         )
 
     def _settle(self, conn, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
+        self._backend.lock_attempt_account(conn, attempt_id)  # before reading what it changes
         now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
         ts = clock.isoformat(now)
         row = conn.execute(
@@ -915,6 +909,7 @@ class Ledger:
         check_source(source_ref)
 
         def run(conn):
+            self._backend.lock_account(conn, provider, name)
             at = now or clock.now()
             current = self._account_row(conn, provider, name, declared, at)
             self._block(conn, provider, name, current["block_reason"], reason, source_ref, clock.isoformat(at))
@@ -933,6 +928,7 @@ class Ledger:
         name, _ = account_ref(account)
 
         def run(conn):
+            self._backend.lock_account(conn, provider, name)
             ts = clock.isoformat(now or clock.now())
             cursor = conn.execute(
                 "UPDATE account SET removed_at = ? WHERE provider = ? AND name = ? AND removed_at IS NULL",
@@ -956,6 +952,7 @@ class Ledger:
         check_source(source_ref)
 
         def run(conn):
+            self._backend.lock_account(conn, provider, name)
             if self._repeat(conn, adjustment_id, "unblock", None, provider, name, None, 0, source_ref):
                 return "already_recorded"
             at = now or clock.now()
@@ -1008,6 +1005,7 @@ class Ledger:
         check_source(source_ref)
 
         def run(conn):
+            self._backend.lock_attempt_account(conn, attempt_id)
             row = conn.execute(
                 _ATTEMPT_SQL,
                 (attempt_id, self.host),
@@ -1058,6 +1056,7 @@ class Ledger:
             check_id(attempt_id, "attempt_id")
 
         def run(conn):
+            self._backend.lock_account(conn, provider, name)
             if self._repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
                 return "already_recorded"
             at = now or clock.now()
@@ -1105,6 +1104,7 @@ class Ledger:
             )
 
         def run(conn):
+            self._backend.lock_account(conn, scope.provider, name)
             bound = _named_scope(conn, scope)
             old = None if bound is None else conn.execute(
                 "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
@@ -1803,30 +1803,6 @@ def _same_settlement(row, fields):
     """Identical repeated evidence is a no-op (docs/architecture.md "Ceilings and settlement").
     ``NotSent.caller_cancelled`` is not stored, so two not-sent settlements always match."""
     return all(row[key] == value for key, value in fields.items())
-
-
-def _count_bound(conn, month, provider, name, warm, delta=1):
-    """Count a new conversation that bound warm or cold in ``warm_month`` (none without a one-hour prefix)."""
-    if warm is None:
-        return
-    column = "bound_warm" if warm else "bound_cold"
-    conn.execute(
-        f"""INSERT INTO warm_month (month_utc, provider, account, {column}) VALUES (?, ?, ?, ?)
-            ON CONFLICT (month_utc, provider, account) DO UPDATE SET {column} = warm_month.{column} + excluded.{column}""",
-        (month, provider, name, delta),
-    )
-
-
-def _move_bound(conn, scope, month, verdict):
-    """A new conversation that moved on counts once: on the account it now binds."""
-    old = conn.execute(
-        "SELECT account, warm, created_at FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-        (scope.kind, scope.id, scope.provider),
-    ).fetchone()
-    created = selection.parse_time(old["created_at"])
-    if old["warm"] is not None and created is not None:
-        _count_bound(conn, clock.credit_month(created), scope.provider, old["account"], old["warm"], -1)
-    _count_bound(conn, month, scope.provider, verdict.account.name, verdict.warm)
 
 
 def _clear_warm(conn, provider, name):

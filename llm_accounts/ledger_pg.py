@@ -64,6 +64,16 @@ def lock_key(schema_name):
     return int.from_bytes(digest[:8], "big", signed=True)
 
 
+def lock_space(schema_name):
+    """The signed 32-bit key space of the ledger's per-account locks (the two-key advisory locks,
+    apart from ``lock_key``'s): one per schema, so two ledgers never wait for each other."""
+    digest = hashlib.sha256(f"llm-accounts\0accounts\0{schema_name}".encode()).digest()
+    return int.from_bytes(digest[:4], "big", signed=True)
+
+
+ACCOUNT_LOCK = "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || %(provider)s || ':' || %(name)s))"
+
+
 # ---------------------------------------------------------------------------------------------
 # Dialect
 
@@ -379,6 +389,49 @@ class PostgresBackend:
     def commit(self, conn):
         conn.raw.execute("COMMIT")
 
+    # -- per-account locks (docs/architecture.md "Ledger on PostgreSQL") ------------------------
+
+    def lock_account(self, conn, provider, name):
+        """Hold ``name``'s lock to the end of this write transaction: every write that changes an
+        account's totals, health or block takes it, so an admission's re-check under it is sound."""
+        conn.raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+
+    def lock_attempt_account(self, conn, attempt_id):
+        """The lock of the account an attempt belongs to, in the statement that finds it."""
+        conn.raw.execute(
+            "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || provider || ':' || account)) "
+            "FROM attempt WHERE id = %(id)s",
+            {"space": self._space, "id": attempt_id},
+        )
+
+    def lock_waiters(self, conn):
+        """The queue of waiters: one writer at a time numbers a new place (``waiter.seq``)."""
+        conn.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('waiter'))", (self._space,))
+
+    def exchange(self, conn):
+        """Send every statement before awaiting any answer: one round trip (psycopg's pipeline mode)."""
+        return conn.raw.pipeline()
+
+    def begin_admission(self, conn, provider, name, key_env=None):
+        """An admission's transaction, in its pipeline: the shared ledger lock, the account's, and
+        the key's when it starts the account's period (a key holds one budget a period)."""
+        raw = conn.raw
+        raw.execute("BEGIN")
+        raw.execute(self._lock_timeout)
+        raw.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._ledger_key,))
+        raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+        if key_env is not None:
+            raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('key_env:' || %s))", (self._space, key_env))
+
+    @staticmethod
+    def rowcount(cursor):
+        return cursor.rowcount
+
+    @staticmethod
+    def is_conflict(error):
+        """A unique key another writer took first (a conversation's first binding, an attempt id)."""
+        return getattr(error, "sqlstate", None) == "23505"
+
     def rollback(self, conn):
         raw = conn.raw
         if raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
@@ -419,13 +472,17 @@ class PostgresBackend:
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
-        self._begin_write = (
-            f"BEGIN; SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'; "
-            f"SELECT pg_advisory_xact_lock({lock_key(schema_name)})"
-        )
+        self._lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
+        self._ledger_key = lock_key(schema_name)
+        self._space = lock_space(schema_name)
+        # Writers share the ledger's lock and serialize per account (``lock_account``); opening
+        # (creating or migrating the schema) takes it alone, so no write runs meanwhile, and nor
+        # does a write of an older build, which takes it alone too (docs/architecture.md "Ledger
+        # on PostgreSQL").
+        self._begin_write = f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock_shared({self._ledger_key})"
         if self._check(raw):
             return
-        raw.execute(self._begin_write)
+        raw.execute(f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
         try:
             if not self._check(raw, creating=True):
                 present = {row[0] for row in raw.execute(
