@@ -5,11 +5,13 @@ They live here once; a backend only connects, locks, speaks its dialect and crea
 ``llm_accounts.ledger_sqlite`` (the default, one file) and ``llm_accounts.ledger_pg`` (a
 ``postgresql://`` URL, for machines sharing accounts: docs/architecture.md "Ledger on PostgreSQL").
 
-Every operation is one transaction. A write takes the backend's write lock first (SQLite's
-``BEGIN IMMEDIATE``, PostgreSQL's transaction-scoped advisory lock), so "read the totals, check
-``S + R + C <= B``, insert the attempt" can never interleave with another process's admission: no
-read-check-write spans two transactions. A lock held past five seconds raises ``ledger_busy``; an
-unreadable or newer ledger raises ``ledger_unavailable`` and is never reset, replaced or deleted.
+Every write is one transaction holding the lock of each account it changes (SQLite's
+``BEGIN IMMEDIATE`` holds them all; PostgreSQL has one advisory lock per account). An admission
+reads and chooses without a lock, then ``recheck.admit`` inserts the attempt under the chosen
+account's lock only if ``S + R + C <= B`` and the account's other limits still hold, re-checked in
+the inserting statement; otherwise it reads again (docs/architecture.md "Ledger"). A lock held past
+five seconds raises ``ledger_busy``; an unreadable or newer ledger raises ``ledger_unavailable`` and
+is never reset, replaced or deleted.
 
 Money is integer nanodollars. Each ``month`` row keeps running totals of its attempts (settled
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that
@@ -298,7 +300,7 @@ _ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 
 class Ledger:
     """The ledger. One connection per instance, serialized by a lock so worker threads can share
-    it; processes (and machines, on PostgreSQL) coordinate through the backend's write lock.
+    it; processes (and machines, on PostgreSQL) coordinate through the backend's locks.
 
     ``path`` is a file (the SQLite ledger) or a ``postgresql://`` URL (``llm_accounts.ledger_pg``);
     default ``LLM_ACCOUNTS_LEDGER``, else ``accounts-ledger.db`` in the llm user directory. The two
@@ -441,9 +443,9 @@ class Ledger:
         unbilled (429, 529 or never sent) still counts as new while its bound account is excluded,
         so it is bound to the next candidate.
 
-        ``now`` is for tests; without it the clock is read inside the transaction, once the write
-        lock is held, so instants follow commit order and an admission that waited for the lock
-        across a credit-period boundary lands in the new period.
+        ``now`` is for tests; without it the clock is read with the candidates' facts, and an
+        admission whose credit period ended before its write is read again, so it lands in the
+        new period.
 
         ``waiter`` is the id of a caller that waits for room (docs/architecture.md "Waiting for
         room"). Every admission counts the ceilings of live waiters that arrived before it as held
@@ -737,7 +739,7 @@ class Ledger:
 
     def _settle(self, conn, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
         self._backend.lock_attempt_account(conn, attempt_id)  # before reading what it changes
-        now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
+        now = now or clock.now()  # the account's lock is held
         ts = clock.isoformat(now)
         row = conn.execute(
             _ATTEMPT_SQL,

@@ -7,18 +7,18 @@ For machines sharing accounts (docs/architecture.md "Ledger on PostgreSQL"): eve
 - connects with psycopg 3 (the ``postgres`` extra; nothing imports it for a SQLite ledger), with
   libpq's URL forms, so a password may come from ``PGPASSWORD``, ``~/.pgpass`` or a service file
   and need not be in the URL; a URL is only ever shown masked (``mask``);
-- locks: each write transaction's first statement takes ``pg_advisory_xact_lock`` on one fixed
-  64-bit key per ledger (``lock_key``). That is the serialization SQLite's ``BEGIN IMMEDIATE``
-  gives: one writer at a time, so reading the month totals, checking the budget and inserting the
-  attempt never interleave with another admission, on any machine. The lock is released by the
-  commit or rollback, so a process killed mid-transaction holds nothing (its session ends). Row
-  locks on the month rows would have to be taken in a fixed order over every candidate, before
-  knowing which a selection reads, and a month row that does not exist yet cannot be locked; the
-  one advisory lock needs neither, and a ledger transaction is a few milliseconds. With the lock
-  held first, READ COMMITTED is enough: every statement after it sees every earlier writer's
-  commit, and no other writer runs until this one ends, so SERIALIZABLE would add only retries.
-  Reads (``status``, ``ladder``) take a REPEATABLE READ READ ONLY snapshot and no lock, as
-  SQLite's deferred ``BEGIN`` does;
+- locks per account: each write transaction shares the ledger's advisory lock (``lock_key``) and
+  takes ``pg_advisory_xact_lock`` on each account it changes (``lock_account``), so writes on
+  different accounts never wait for each other. An admission reads unlocked and sends its write
+  (the locks, the re-checked insert, the commit) in one pipeline (``exchange``,
+  ``begin_admission``): its account's lock is held for server time and the commit only. Every
+  limit is per account, so the re-check under that lock keeps every guarantee
+  (docs/architecture.md "Ledger on PostgreSQL"). Opening the schema takes the ledger's lock alone,
+  as an older build's writes do. The locks go with the commit or rollback, so a process killed
+  mid-transaction holds nothing (its session ends). READ COMMITTED is enough: a statement run after
+  a lock is granted sees every earlier holder's commit. Reads (``status``, ``ladder``, an
+  admission's read) take a REPEATABLE READ READ ONLY snapshot and no lock, as SQLite's deferred
+  ``BEGIN`` does;
 - bounds the wait: ``SET LOCAL lock_timeout`` of the busy timeout (five seconds); SQLSTATE 55P03
   (lock_not_available), 57014 (query_canceled), 40P01 and 40001 are ``ledger_busy``;
 - speaks the dialect: the rules' SQLite-style ``?``, ``?N`` and ``:name`` parameters are rewritten

@@ -22,7 +22,7 @@ slot, a health row's identity, a binding) is held equal to the Python rule by pr
 
 import dataclasses
 
-from . import health, selection
+from . import clock, health, selection
 from .records import client_cap, client_token_cap
 
 
@@ -135,14 +135,14 @@ def limit_sql(account, client, quote, ahead_nusd, params):
     return " AND ".join(checks)
 
 
-def _probe_free(alias_host, params):
+def _probe_free(on_host):
     """No other attempt holds the half-open slot of a failing row (``health.probe_outstanding``,
-    ``ledger._probe_sql``): none admitted since the dwell's end, without an outcome, within its lease."""
-    host = " AND p.host = :host" if alias_host else ""
-    since = "since_host" if alias_host else "since"
+    ``ledger._probe_sql``): none admitted since the dwell's end, without an outcome, within its
+    lease. The row is the one read (its stamp is re-checked too)."""
+    row, host = ("hh", " AND p.host = :host") if on_host else ("h", "")
     return f"""NOT EXISTS (SELECT 1 FROM attempt p WHERE p.state = 'open' AND p.outcome IS NULL
-        AND p.provider = m.provider AND p.account = m.name{host} AND p.created_at >= :{since}
-        AND p.created_at > :lease_start)"""
+        AND p.provider = m.provider AND p.account = m.name{host}
+        AND p.created_at >= COALESCE({row}.cooldown_until, {row}.last_failure_at) AND p.created_at > :lease_start)"""
 
 
 def condition(plan, params):
@@ -163,12 +163,8 @@ def condition(plan, params):
     rows = ((health.shared(f.record), False), (f.host_record, True))
     failing = [(record, on_host) for record, on_host in rows if record is not None and record.state == "failing"]
     if failing:
-        from . import clock
-
         params["lease_start"] = clock.isoformat(plan.now - health.PROBE_LEASE)
-        for record, on_host in failing:
-            params["since_host" if on_host else "since"] = clock.isoformat(health.probe_since(record))
-            parts.append(_probe_free(on_host, params))
+        parts.extend(_probe_free(on_host) for _, on_host in failing)
     # One binding per conversation: a new one only where none is; a bound one still where it was.
     binding = "SELECT 1 FROM binding b WHERE b.scope_kind = :scope_kind AND b.scope_id = :scope_id AND b.provider = m.provider"
     if plan.bound is None:
