@@ -530,11 +530,11 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
 def _small_limits(declared):
     """A limit below the default model's ceiling never admits a plain claude-routed prompt: said,
     not refused (docs/pricing.md "Small budgets")."""
+    from . import price_book
     from .fits import warnings
-    from .pricing import current_revision
 
-    revision = current_revision()
-    return [line for account in declared for line in warnings(account, revision)]
+    book = price_book.current()
+    return [line for account in declared for line in warnings(account, book)]
 
 
 def _warn_small_limits(declared):
@@ -1786,14 +1786,14 @@ def ladder(model_id, client, json_):
     from .errors import AccountsError
     from .ledger import Ledger
     from .money import usd, usd_fine
-    from .pricing import current_revision
+    from .price_book import current as current_book
 
     try:
         declaration = load_declaration()
         if not declaration.routed:
             click.echo("No accounts declared: claude-routed sends unrouted with your 'anthropic' key")
             return
-        revision = current_revision()
+        revision = current_book()
         if model_id is None:
             from .models import DEFAULT_MODEL
 
