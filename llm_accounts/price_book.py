@@ -55,6 +55,10 @@ class Book:
         entry = self._names.get(name) if isinstance(name, str) else None
         return self.shipped if entry is None else entry.revision
 
+    def unpriced(self, model_ids):
+        """The ids no revision prices, in order (``refresh-models`` lists them)."""
+        return [model_id for model_id in dict.fromkeys(model_ids) if self.model(model_id) is None]
+
     def revision_for_body(self, body):
         """The revision that prices the frozen request ``body``'s model."""
         try:

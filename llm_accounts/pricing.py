@@ -221,12 +221,11 @@ class PriceFileError(ValueError):
 def _fields(data, table, where, origin=SHIPPED):
     if not isinstance(data, dict):
         raise PriceFileError(f"{where or 'the file'}: must be a JSON object")
+    where_shown = where or "top level"
     unknown = [name for name in data if name not in table]
     if unknown:
         # The name is not shown: it is the file's text, which may hold anything.
-        raise PriceFileError(
-            f"{where or 'the file'}: {len(unknown)} unknown field(s); allowed: {', '.join(table)}"
-        )
+        raise PriceFileError(f"{where_shown}: {len(unknown)} unknown field(s); allowed: {', '.join(table)}")
     for name, required in table.items():
         if isinstance(required, tuple):
             required = required[origin == USER]

@@ -50,7 +50,7 @@ def _read_file(path, origin=pricing.USER):
     try:
         raw = read_limited(path)  # docs/security.md "Files read"
     except FileNotFoundError:
-        return None, "is gone"
+        return None, "does not exist"
     except FileProblem as error:
         return None, error.reason
     try:
