@@ -1,7 +1,9 @@
 """Price revisions, the worst-case ceiling and settlement from usage (docs/pricing.md "The price
 revision", "Ceiling" and "Settlement cost").
 
-A price revision is shipped data (``prices/<revision>.json``): exact model ids and aliases, each
+A price revision is shipped data (``prices/<revision>.json``), or a file of the user's own read
+the same way (``user_prices``; ``price_book`` decides which revision prices each model, docs/pricing.md
+"Which price wins"): exact model ids and aliases, each
 model's context window and maximum output, and five rates in integer nanodollars per token
 (fresh input, 5-minute cache write, 1-hour cache write, cache read, output), optionally with a
 long-context tier. Nothing here guesses: a model or request feature the revision does not price
@@ -458,7 +460,8 @@ def _load_shipped(revision_id):
 
 @lru_cache(maxsize=None)
 def current_revision():
-    """The newest shipped revision (latest ``read_on``), used for every new quote."""
+    """The newest shipped revision (latest ``read_on``), used for every new quote of a model it
+    prices, unless a user's revision overrides it (``price_book``)."""
     revisions = [load_revision(revision_id) for revision_id in shipped_revision_ids()]
     return max(revisions, key=lambda revision: (revision.read_on, revision.id))
 

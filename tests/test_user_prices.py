@@ -17,7 +17,7 @@ from llm_accounts import catalog, price_book, pricing, user_prices
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.money import NANO
-from routed_helpers import attempts, llm_cli
+from routed_helpers import attempts
 
 NOVA = "claude-nova-6"  # a model no shipped revision knows
 NOVA_RATES = {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000}
@@ -370,8 +370,7 @@ def test_a_routed_prompt_on_a_user_priced_model_settles_at_the_users_rates(nova_
 
 def test_the_default_model_can_be_a_user_priced_one(nova_priced, ledger_path, monkeypatch):
     monkeypatch.setenv("LLM_ACCOUNTS_MODEL", NOVA)
-    result = llm_cli("-m", "claude-routed", "Hello")
-    assert result.exit_code == 0, result.output
+    assert llm.get_model("claude-routed").prompt("Hello").text()
     [row] = attempts(ledger_path)
     assert (row["requested_model"], row["price_revision"]) == (NOVA, "user:2026-12-05-mine")
 
