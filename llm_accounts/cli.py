@@ -324,7 +324,7 @@ def prices(ctx, json_, model_id):
             }
         )
         return
-    click.echo(f"Price revision {revision.id} (shipped), read {revision.read_on}")
+    click.echo(f"Price revision {revision.id}, read {revision.read_on} (shipped)")
     for source_url in revision.sources:
         click.echo(f"  {source_url}")
     for r in revisions[1:]:
