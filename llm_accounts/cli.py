@@ -339,27 +339,25 @@ def prices(ctx, json_, model_id):
     from .money import usd_fine
 
     rows = [
-        ("model", "status", "context", "max out", "default", "ceiling",
-         "input", "5m write", "1h write", "cache read", "output", "from")
+        ("model", "status", "context", "max out", "default", "ceiling", "from",
+         "input", "5m write", "1h write", "cache read", "output")
     ]
     for p in models:
         reserve = ceiling(p)
         rows.append(
             (p.id, p.status, f"{p.context_window:,}", f"{p.max_output:,}",
              "-" if reserve is None else f"{for_price(p).default_max_tokens:,}",
-             "-" if reserve is None else usd_fine(reserve))
+             "-" if reserve is None else usd_fine(reserve), book.revision_of(p.id).id)
             + tuple(per_mtok(getattr(p.rates, name)) for name in RATE_NAMES)
-            + (book.revision_of(p.id).id,)
         )
         if p.long_context:
             rows.append(
-                (f"  > {p.long_context[0]:,} input", "", "", "", "", "")
+                (f"  > {p.long_context[0]:,} input", "", "", "", "", "", "")
                 + tuple(per_mtok(getattr(p.long_context[1], name)) for name in RATE_NAMES)
-                + ("",)
             )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
-        cells = [cell.ljust(w) if i < 2 or i == len(row) - 1 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        cells = [cell.ljust(w) if i in (0, 1, 6) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
         click.echo("  ".join(cells).rstrip())
     click.echo(
         "\ndefault: max_tokens without -o max_tokens; ceiling: what one attempt reserves at that default"

@@ -286,7 +286,7 @@ def test_prices_shows_where_each_price_came_from(user_path, tmp_path):
     assert accounts_cli("prices", "add", str(write(tmp_path / "a.json", REVISION))).exit_code == 0
     text = accounts_cli("prices").output
     [nova] = [line for line in text.splitlines() if line.startswith(NOVA)]
-    assert nova.split()[-1] == "user:2026-12-05-mine"
+    assert nova.split()[6] == "user:2026-12-05-mine"
     assert "Price revision user:2026-12-05-mine (yours: " in text
     data = json.loads(accounts_cli("prices", "--json").output)
     by_id = {model["id"]: model for model in data["models"]}
