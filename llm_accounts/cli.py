@@ -364,6 +364,11 @@ def prices(ctx, json_, model_id):
         " until it settles (docs/pricing.md \"Ceiling\"); from: the price revision in force"
         " (docs/pricing.md \"Which price wins\")"
     )
+    aliases = [(p.id, p.aliases) for p in models if p.aliases]
+    if aliases:
+        click.echo("\nAliases (exact names only):")
+        for model, names in aliases:
+            click.echo(f"  {', '.join(names)} -> {model}")
 
 
 @prices.command(name="add")
@@ -451,11 +456,6 @@ def _declared_key_runs():
         detectors.append(scrub.run_detector(secret.reveal()))
         secret = None
     return lambda text: any(holds(text) for holds in detectors)
-    aliases = [(p.id, p.aliases) for p in models if p.aliases]
-    if aliases:
-        click.echo("\nAliases (exact names only):")
-        for model, names in aliases:
-            click.echo(f"  {', '.join(names)} -> {model}")
 
 
 # Declaring accounts: add, remove, list, lookup

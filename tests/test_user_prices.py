@@ -288,6 +288,7 @@ def test_prices_shows_where_each_price_came_from(user_path, tmp_path):
     [nova] = [line for line in text.splitlines() if line.startswith(NOVA)]
     assert nova.split()[6] == "user:2026-12-05-mine"
     assert "Price revision user:2026-12-05-mine (yours: " in text
+    assert "  claude-haiku-4-5 -> claude-haiku-4-5-20251001" in text  # the aliases stay listed
     data = json.loads(accounts_cli("prices", "--json").output)
     by_id = {model["id"]: model for model in data["models"]}
     assert by_id[NOVA]["price_revision"] == "user:2026-12-05-mine"
@@ -409,3 +410,19 @@ def test_prices_add_refuses_a_file_holding_a_run_of_a_declared_key(nova_account,
     )
     assert not user_prices.prices_dir().exists() or not any(user_prices.prices_dir().iterdir())
     assert_no_key_material(result.output, nova_account.key)
+
+
+def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_path, tmp_path):
+    from llm_accounts import cache_savings, provider_usage
+
+    usage = {"input_tokens": 1000, "output_tokens": 100, "cache_read_input_tokens": 10}
+    assert accounts_cli("prices", "add", str(write(tmp_path / "a.json", REVISION))).exit_code == 0
+    assert provider_usage.price_with_revision(usage, NOVA, "user:2026-12-05-mine") == user_rate_cost(usage)
+    assert cache_savings.saved_nusd(usage, NOVA, "user:2026-12-05-mine") == 10 * (2000 - 200)
+    # Corrected, then removed: a later settlement never uses the copy read before.
+    dearer = revision_data(models=[{**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 15000}}])
+    assert accounts_cli("prices", "add", "--replace", str(write(tmp_path / "b.json", dearer))).exit_code == 0
+    assert provider_usage.price_with_revision(usage, NOVA, "user:2026-12-05-mine") == user_rate_cost(usage) + 100 * 5000
+    assert accounts_cli("prices", "remove", "user:2026-12-05-mine").exit_code == 0
+    assert provider_usage.price_with_revision(usage, NOVA, "user:2026-12-05-mine") is None
+    assert cache_savings.saved_nusd(usage, NOVA, "user:2026-12-05-mine") == 0
