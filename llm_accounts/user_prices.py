@@ -55,7 +55,7 @@ def _read_file(path, origin=pricing.USER):
         return None, error.reason
     try:
         revision = pricing.parse_price_file(raw, origin)
-    except pricing.PriceFileError as error:
+    except ValueError as error:  # PriceFileError, or a field reader's own ValueError: both name paths
         return None, str(error)
     return revision, None
 
