@@ -147,8 +147,12 @@ def strings(revision):
 def add(path, revision, replace=False):
     """Copy the validated file at ``path`` (its bytes, as validated) into the directory as
     ``<revision>.json``, whole or not at all; returns the destination."""
-    raw = read_limited(path)
-    if pricing.parse_price_file(raw, pricing.USER) != revision:
+    try:
+        raw = read_limited(path)
+        same = pricing.parse_price_file(raw, pricing.USER) == revision
+    except (OSError, FileProblem, ValueError):
+        same = False
+    if not same:
         raise AccountsError("declaration_invalid", "FILE: it changed while it was read; nothing was added")
     directory = prices_dir()
     directory.mkdir(parents=True, exist_ok=True)
