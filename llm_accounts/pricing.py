@@ -665,7 +665,12 @@ def quote(body, revision=None):
     revision = revision_pricing(revision, model_id)
     price = revision.model(model_id)
     if price is None:
-        _refuse("model", "this model is not priced; run 'llm accounts prices' for the priced models", revision)
+        _refuse(
+            "model",
+            "this model is not priced; run 'llm accounts prices' for the priced models, or give its "
+            "prices with 'llm accounts prices add FILE' (docs/pricing.md \"Your own price revisions\")",
+            revision,
+        )
     if price.status == "retired":
         _refuse("model", f"{price.id} is retired; choose an active model from 'llm accounts prices'", revision)
     _check_features(request, revision)

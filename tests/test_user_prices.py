@@ -426,3 +426,24 @@ def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_p
     assert accounts_cli("prices", "remove", "user:2026-12-05-mine").exit_code == 0
     assert provider_usage.price_with_revision(usage, NOVA, "user:2026-12-05-mine") is None
     assert cache_savings.saved_nusd(usage, NOVA, "user:2026-12-05-mine") == 0
+
+
+def test_a_quote_through_the_book_records_the_revision_whose_price_is_in_force():
+    from llm_accounts.payload import freeze
+
+    override = haiku_override("2026-12-05", True)
+    book = price_book.build(pricing.current_revision(), [override, user_revision()])
+    for model, expected in ((HAIKU, override.id), (NOVA, "user:2026-12-05-mine"), ("claude-opus-4-6", "anthropic-2026-11-29")):
+        body = freeze({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+        assert pricing.quote(body, book).price_revision == expected
+        assert pricing.quote(body, book.revision_for_body(body)).price_revision == expected
+
+
+def test_an_unpriced_model_is_refused_with_the_way_to_price_it(user_path):
+    from llm_accounts.payload import freeze
+
+    body = freeze({"model": NOVA, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+    with pytest.raises(AccountsError) as caught:
+        pricing.quote(body, price_book.current())
+    assert caught.value.code == "unsupported_pricing"
+    assert "or give its prices with 'llm accounts prices add FILE'" in caught.value.message
