@@ -19,6 +19,7 @@ only (``transport.read_refusal``), and are raised outside every frame that held 
 
 import collections
 import json
+import os
 
 import httpx
 
@@ -210,8 +211,6 @@ def target(model, prompt, quote, explicit_key=None):
     if not declaration.routed:
         return Target(None, None, keys.Secret(model.get_key(explicit_key)))
     model.get_key(explicit_key)  # --key is a credential_conflict while accounts are declared
-    import os
-
     options = prompt.options
     client = options.client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None
     account = pick_account(declaration, quote, pinned=options.account, client=client)
