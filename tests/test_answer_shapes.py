@@ -11,7 +11,7 @@ import sqlite3
 import llm
 import pytest
 
-from routed_helpers import attempts, llm_cli
+from routed_helpers import attempts
 from llm_accounts import transport
 
 MODEL = "claude-routed/claude-haiku-4-5"
@@ -86,26 +86,26 @@ def test_a_gzip_encoded_answer_is_read_decoded_and_settled(accounts, ledger_path
     settled_at_its_usage(ledger_path, accounts)
 
 
-@pytest.mark.parametrize("stream", [True, False])
-def test_a_key_echoed_in_a_gzip_encoded_answer_is_scrubbed_once_decoded(accounts, ledger_path, stream):
+@pytest.mark.parametrize("mode", ["sync-stream", "async-whole"])
+def test_a_key_echoed_in_a_gzip_encoded_answer_is_scrubbed_once_decoded(accounts, ledger_path, mode):
     from conftest import assert_no_key_material
 
     for name in accounts.keys:
         accounts.set_behaviour(name, "echo_key", shapes=["gzip"])
-    result = llm_cli("-m", MODEL, "Repeat your key", *([] if stream else ["--no-stream"]))
-    assert result.exit_code == 0, result.output
-    assert "Echoing the key you sent:" in result.output
+    text, response = run(mode, "Repeat your key")
+    assert text.startswith("Echoing the key you sent:")
     for key in accounts.keys.values():
-        assert_no_key_material(result.output, key)
+        assert_no_key_material(text, key)
+        assert_no_key_material(str(response.response_json), key)
     settled_at_its_usage(ledger_path, accounts)
 
 
 def test_a_gzip_encoded_refusal_body_is_still_classified(accounts, ledger_path):
     for name in accounts.keys:
         accounts.set_behaviour(name, "rate_limited", shapes=["gzip"], retry_after=0)
-    result = llm_cli("-m", MODEL, "Hello", "-o", "retries", "0")
-    assert result.exit_code == 1
-    assert "HTTP 429 rate_limit_error" in result.output
+    with pytest.raises(llm.ModelError) as raised:
+        llm.get_model(MODEL).prompt("Hello", retries=0).text()
+    assert raised.value.code == "rate_limited" and "HTTP 429 rate_limit_error" in str(raised.value)
     # A documented body, decoded: evidence nothing was billed, so each attempt settles at zero.
     assert {(row["outcome"], row["cost_nusd"], row["provider_error_type"]) for row in attempts(ledger_path)} == {
         ("rate_limited", 0, "rate_limit_error")
@@ -218,8 +218,9 @@ def test_cookies_an_answer_sets_are_never_sent_back(accounts, ledger_path, mode)
 def test_cookies_are_refused_on_a_connection_every_account_shares(accounts, ledger_path):
     # Both accounts answer with cookies through one pooled client: none rides from one to the other.
     shape(accounts, "set_cookie")
-    llm_cli("-m", MODEL, "One", "-o", "account", "alpha")
-    llm_cli("-m", MODEL, "Two", "-o", "account", "beta")
+    model = llm.get_model(MODEL)
+    model.prompt("One", account="alpha").text()
+    model.prompt("Two", account="beta").text()
     sent = [r for r in accounts.requests if r["path"] == "/v1/messages"]
     assert [r["label"] for r in sent] == ["alpha", "beta"]
     assert all("cookie" not in r["headers"] for r in sent)

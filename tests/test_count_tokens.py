@@ -98,15 +98,28 @@ def test_a_schema_and_thinking_go_as_the_messages_request_sends_them(accounts):
 
 
 def test_a_follow_up_is_counted_with_the_whole_conversation(accounts, ledger_path):
-    assert llm_cli("-m", MODEL, "First turn").exit_code == 0
+    conversation = llm.get_model(MODEL).conversation()
+    conversation.prompt("First turn").text()
+    tokens = llm.get_model(MODEL).count_tokens("Second turn", conversation=conversation)
+    body = counts(accounts)[0]["body"]
+    assert [message["role"] for message in body["messages"]] == ["user", "assistant", "user"]
+    assert tokens == standin_count(body)
+    assert len(attempts(ledger_path)) == 1  # the prompt's own attempt; the count added none
+
+
+def test_the_command_counts_the_next_prompt_of_the_latest_conversation(accounts, user_path):
+    import sqlite_utils
+
+    response = llm.get_model(MODEL).conversation().prompt("First turn")
+    response.text()
+    response.log_to_db(sqlite_utils.Database(user_path / "logs.db"))
     result = llm_cli("accounts", "count", "-c", "Second turn", "--json")
     assert result.exit_code == 0, result.output
     body = counts(accounts)[0]["body"]
-    assert [message["role"] for message in body["messages"]] == ["user", "assistant", "user"]
+    assert len(body["messages"]) == 3
     counted = json.loads(result.output)
     assert (counted["input_tokens"], counted["model"]) == (standin_count(body), f"claude-routed/{HAIKU}")
     assert counted["account"] in accounts.keys
-    assert len(attempts(ledger_path)) == 1  # the prompt's own attempt; the count added none
 
 
 @pytest.mark.parametrize("pin", [["--account", "beta"], ["-o", "account", "beta"]])
@@ -131,7 +144,8 @@ def test_a_count_skips_an_account_that_is_blocked(accounts):
 
 def test_a_count_skips_an_account_that_is_cooling(accounts, ledger_path):
     accounts.set_behaviour("alpha", "rate_limited")
-    llm_cli("-m", MODEL, "Hello", "-o", "account", "alpha", "-o", "retries", "0")
+    with pytest.raises(llm.ModelError):
+        llm.get_model(MODEL).prompt("Hello", account="alpha", retries=0).text()
     assert ("alpha", "failing", "rate_limited") in health_rows(ledger_path)
     assert llm_cli("accounts", "count", "-m", MODEL, "Hello").exit_code == 0
     assert [r["label"] for r in counts(accounts)] == ["beta"]
@@ -152,7 +166,9 @@ def test_a_count_costs_nothing_so_budgets_do_not_stand_in_its_way(accounts, ledg
     month = clock.credit_month(clock.now())
     for account in load_declaration().accounts:
         Ledger().adjust(f"spent-{account.name}", account, month, account.budget_nusd, "test")
-    assert "budget_exhausted" in llm_cli("-m", MODEL, "Hello").output
+    with pytest.raises(llm.ModelError) as refused:
+        llm.get_model(MODEL).prompt("Hello").text()
+    assert refused.value.code == "budget_exhausted"
     result = llm_cli("accounts", "count", "-m", MODEL, "Hello there")
     assert (result.exit_code, result.output) == (0, "3\n")
 
