@@ -1950,10 +1950,14 @@ def _count_model(model_id, continue_, cid):
 def _attachment(value):
     from llm.cli import resolve_attachment
 
+    from .errors import AccountsError
+
     try:
         return resolve_attachment(value)
     except Exception:
-        raise click.BadParameter("must be a path, a URL or - (standard input) of a file type llm recognizes", param_hint="'-a'") from None
+        pass
+    # The value is not repeated: it is free text from the command line.
+    raise AccountsError("declaration_invalid", "-a: must be a file that exists, a URL or - (standard input), of a type llm recognizes")
 
 
 def _schema(value):

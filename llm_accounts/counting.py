@@ -89,7 +89,9 @@ def choose(verdicts, pinned=None):
     fit = [verdict for verdict in verdicts.values() if usable(verdict)]
     if not fit:
         reasons = "; ".join(verdict.message for verdict in verdicts.values()) or "no account is declared"
-        raise AccountsError("no_account_available", f"no account can count this prompt: {reasons}")
+        conflict = any(verdict.code == "account_config_conflict" for verdict in verdicts.values())
+        code = "account_config_conflict" if conflict else "no_account_available"
+        raise AccountsError(code, f"no account can count this prompt: {reasons}")
     by_name = {verdict.account.name: verdict for verdict in fit}
     first = selection.order(selection.candidate(verdict) for verdict in fit)[0]
     return by_name[first.name].account

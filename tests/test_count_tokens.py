@@ -78,6 +78,26 @@ def test_the_count_request_is_the_messages_request_without_what_only_a_message_t
     assert tokens == 346 + -(-len(tool_json) // 4) + 2 + 1600 + 3
 
 
+def test_the_command_carries_a_system_prompt_attachments_and_functions(accounts, tmp_path):
+    image = tmp_path / "pelican.png"
+    image.write_bytes(TINY_PNG)
+    functions = "def pelicans():\n    'Count pelicans'\n    return 3\n"
+    result = llm_cli("accounts", "count", "-m", MODEL, "-s", "Be brief", "-a", str(image), "--functions", functions, "How many?")
+    assert result.exit_code == 0, result.output
+    body = counts(accounts)[0]["body"]
+    assert body["system"] == "Be brief"
+    assert [block["type"] for block in body["messages"][0]["content"]] == ["text", "image"]
+    assert [tool["name"] for tool in body["tools"]] == ["pelicans"]
+    assert result.output == f"{standin_count(body)}\n"
+
+
+def test_a_missing_attachment_is_refused_without_repeating_it(accounts):
+    result = llm_cli("accounts", "count", "-m", MODEL, "-a", "no-such-file-sk-ant-x.png", "Hi")
+    assert result.exit_code == 1
+    assert result.output == "Error: declaration_invalid: -a: must be a file that exists, a URL or - (standard input), of a type llm recognizes\n"
+    assert counts(accounts) == []
+
+
 def test_an_async_model_counts_too(accounts, ledger_path):
     async def count():
         return await llm.get_async_model(MODEL).count_tokens("Hello there", system="Be brief")
