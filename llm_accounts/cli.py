@@ -1863,6 +1863,8 @@ def ladder(model_id, client, json_):
     "attachments", "-a", "--attachment", multiple=True, metavar="ATTACHMENT",
     help="An attachment: a path, a URL or - for standard input (repeatable)",
 )
+@click.option("fragments", "-f", "--fragment", multiple=True, metavar="FRAGMENT", help="A fragment (alias, hash, file or URL) added to the prompt (repeatable)")
+@click.option("system_fragments", "--sf", "--system-fragment", multiple=True, metavar="FRAGMENT", help="A fragment added to the system prompt (repeatable)")
 @click.option("options", "-o", "--option", type=(str, str), multiple=True, metavar="NAME VALUE", help="A model option, as for llm prompt")
 @click.option("tools", "-T", "--tool", multiple=True, metavar="NAME", help="A registered tool the request carries (repeatable)")
 @click.option("python_tools", "--functions", multiple=True, metavar="CODE", help="Python code or a .py file defining tool functions")
@@ -1872,12 +1874,16 @@ def ladder(model_id, client, json_):
 @click.option("--account", metavar="NAME", help="Count on this account (the same as -o account NAME)")
 @click.option("--client", metavar="LABEL", help="The client label of the caller (default: $LLM_ACCOUNTS_CLIENT)")
 @click.option("json_", "--json", is_flag=True, help="Output JSON: the count and the account that made it")
-def count(prompt, model_id, system, attachments, options, tools, python_tools, schema_input, continue_, cid, account, client, json_):
+def count(
+    prompt, model_id, system, attachments, fragments, system_fragments, options, tools, python_tools, schema_input,
+    continue_, cid, account, client, json_,
+):
     """Count the input tokens a prompt would send, without sending it.
 
     Uses the provider's token counting endpoint (POST /v1/messages/count_tokens), which bills
     nothing: nothing is reserved and nothing is written to the ledger. The request is the
-    Messages request the prompt would make (system prompt, attachments, tools, schema, options),
+    Messages request the prompt would make (system prompt, attachments, fragments, tools, schema,
+    options),
     on one account you may use: the one --account names, else the first the ladder orders among
     accounts that are declared for the model, unblocked and healthy (budgets do not matter). Its
     key is resolved as for a prompt. A failed count changes no account's health.
@@ -1886,6 +1892,7 @@ def count(prompt, model_id, system, attachments, options, tools, python_tools, s
     Example:
         llm accounts count -m claude-routed/claude-haiku-4-5 "Fun facts about pelicans"
         llm accounts count -s "Be brief" -a photo.jpg "Describe this" --json
+        llm accounts count -f notes.md "Summarize these notes"
         llm accounts count -c "And in French?"
     """
     from . import counting
@@ -1900,7 +1907,13 @@ def count(prompt, model_id, system, attachments, options, tools, python_tools, s
             extra["account"] = account
         if client:
             extra["client"] = client
-        kwargs = {"system": system, "attachments": [_attachment(value) for value in attachments] or None}
+        resolved = [_attachment(value) for value in attachments]
+        kwargs = {"system": system}
+        if fragments or system_fragments:
+            texts, loaded = _fragments(fragments)
+            kwargs["fragments"], kwargs["system_fragments"] = texts, _fragments(system_fragments)[0]
+            resolved += loaded
+        kwargs["attachments"] = resolved or None
         if tools or python_tools:
             from llm.cli import _gather_tools
 
@@ -1958,6 +1971,31 @@ def _attachment(value):
         pass
     # The value is not repeated: it is free text from the command line.
     raise AccountsError("declaration_invalid", "-a: must be a file that exists, a URL or - (standard input), of a type llm recognizes")
+
+
+def _fragments(values):
+    """``(fragments, attachments)`` as llm prompt resolves ``-f`` (llm.cli.resolve_fragments)."""
+    import sqlite_utils
+    import llm
+    from llm.cli import FragmentNotFound, logs_db_path, resolve_fragments
+
+    from .errors import AccountsError
+
+    from llm.migrations import migrate
+
+    db = sqlite_utils.Database(logs_db_path())
+    migrate(db)  # aliases live in llm's logs database, as for llm prompt
+    try:
+        resolved = resolve_fragments(db, values, allow_attachments=True)
+    except FragmentNotFound:
+        resolved = None
+    if resolved is None:
+        # The fragment is not repeated: it is free text from the command line.
+        raise AccountsError("declaration_invalid", "-f: a fragment was not found (give an alias, a hash, a file or a URL)")
+    return (
+        [item for item in resolved if not isinstance(item, llm.Attachment)],
+        [item for item in resolved if isinstance(item, llm.Attachment)],
+    )
 
 
 def _schema(value):

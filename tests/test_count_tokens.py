@@ -91,6 +91,17 @@ def test_the_command_carries_a_system_prompt_attachments_and_functions(accounts,
     assert result.output == f"{standin_count(body)}\n"
 
 
+def test_the_command_adds_fragments_to_the_prompt_and_the_system_prompt(accounts, tmp_path):
+    (tmp_path / "notes.md").write_text("Pelicans nest on islands.")
+    (tmp_path / "style.md").write_text("Answer in one line.")
+    result = llm_cli("accounts", "count", "-m", MODEL, "-f", str(tmp_path / "notes.md"),
+                     "--sf", str(tmp_path / "style.md"), "Summarize")
+    assert result.exit_code == 0, result.output
+    body = counts(accounts)[0]["body"]
+    assert "Answer in one line." in body["system"]
+    assert "Pelicans nest on islands." in body["messages"][0]["content"][0]["text"]
+
+
 def test_a_missing_attachment_is_refused_without_repeating_it(accounts):
     result = llm_cli("accounts", "count", "-m", MODEL, "-a", "no-such-file-sk-ant-x.png", "Hi")
     assert result.exit_code == 1
