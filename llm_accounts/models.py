@@ -235,8 +235,8 @@ def set_usage(response, usage, spent=None):
     }
     if isinstance(details.get("cache_creation"), dict) and not any(details["cache_creation"].values()):
         del details["cache_creation"]
-    if details.get("inference_geo") == "not_available":
-        del details["inference_geo"]
+    if details.get("inference_geo") in ("not_available", "global"):
+        del details["inference_geo"]  # the standard routing, like service_tier "standard"
     details.update(cost.usage_details(spent))
     response.set_usage(
         input=_count_or_none(usage.get("input_tokens")),

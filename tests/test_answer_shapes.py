@@ -166,8 +166,10 @@ def test_text_before_thinking_keeps_both_in_order(accounts, ledger_path, mode):
 @pytest.mark.parametrize("mode", MODES)
 def test_inference_geo_global_is_priced_at_standard_rates(accounts, ledger_path, mode):
     shape(accounts, inference_geo="global")
-    run(mode)
+    _, response = run(mode)
     settled_at_its_usage(ledger_path, accounts)
+    # The standard routing is no detail worth showing, as not_available is not (llm -u).
+    assert "inference_geo" not in response.token_details and response.token_details["paid_by"] in accounts.keys
 
 
 @pytest.mark.parametrize("mode", ["sync-stream", "async-whole"])
