@@ -97,19 +97,14 @@ def choose(verdicts, pinned=None):
     return by_name[first.name].account
 
 
-def pick_account(declaration, quote, pinned=None, client=None, ledger=None):
+def pick_account(declaration, quote, pinned=None, client=None):
     """Read the verdicts (one read-only transaction, nothing reserved) and choose."""
     from .ledger import Ledger
 
     revision = pricing.current_revision()
     accounts = catalog.effective_accounts(declaration.accounts, revision, catalog.load())
-    own = ledger is None
-    ledger = ledger or Ledger()
-    try:
+    with Ledger() as ledger:
         _, verdicts = ledger.ladder(accounts, quote, client=client)
-    finally:
-        if own:
-            ledger.close()
     chosen = choose(verdicts, pinned)
     return next(account for account in declaration.accounts if account.name == chosen.name)
 
