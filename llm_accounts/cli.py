@@ -1900,8 +1900,11 @@ def count(
 
     try:
         model, conversation = _count_model(model_id, continue_, cid)
-        if not sys.stdin.isatty() and prompt is None and "-" not in attachments:
-            prompt = sys.stdin.read()
+        if not sys.stdin.isatty() and "-" not in attachments and "-" not in fragments:
+            # Piped text comes first, then the argument, as llm prompt joins them.
+            piped = sys.stdin.read()
+            if piped:
+                prompt = " ".join(filter(None, (piped, prompt)))
         extra = dict(options)
         if account:
             extra["account"] = account

@@ -102,6 +102,15 @@ def test_the_command_adds_fragments_to_the_prompt_and_the_system_prompt(accounts
     assert "Pelicans nest on islands." in body["messages"][0]["content"][0]["text"]
 
 
+def test_piped_text_is_counted_before_the_argument_as_llm_prompt_joins_them(accounts):
+    from click.testing import CliRunner
+    from llm.cli import cli
+
+    result = CliRunner().invoke(cli, ["accounts", "count", "-m", MODEL, "Summarize"], input="Pelicans nest")
+    assert result.exit_code == 0, result.output
+    assert counts(accounts)[0]["body"]["messages"][0]["content"][0]["text"] == "Pelicans nest Summarize"
+
+
 def test_a_missing_attachment_is_refused_without_repeating_it(accounts):
     result = llm_cli("accounts", "count", "-m", MODEL, "-a", "no-such-file-sk-ant-x.png", "Hi")
     assert result.exit_code == 1
