@@ -1881,7 +1881,7 @@ def count(
     """Count the input tokens a prompt would send, without sending it.
 
     Uses the provider's token counting endpoint (POST /v1/messages/count_tokens), which bills
-    nothing: nothing is reserved and nothing is written to the ledger. The request is the
+    nothing: nothing is reserved and no attempt is recorded in the ledger. The request is the
     Messages request the prompt would make (system prompt, attachments, fragments, tools, schema,
     options),
     on one account you may use: the one --account names, else the first the ladder orders among
