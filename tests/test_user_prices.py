@@ -447,3 +447,10 @@ def test_an_unpriced_model_is_refused_with_the_way_to_price_it(user_path):
         pricing.quote(body, price_book.current())
     assert caught.value.code == "unsupported_pricing"
     assert "or give its prices with 'llm accounts prices add FILE'" in caught.value.message
+
+
+def test_a_prompt_on_a_user_priced_model_can_be_counted(nova_priced, ledger_path):
+    assert llm.get_model(f"claude-routed/{NOVA}").count_tokens("Hello nova") > 0
+    [sent] = [r for r in nova_priced.requests if r["path"] == "/v1/messages/count_tokens"]
+    assert sent["model"] == NOVA
+    assert attempts(ledger_path) == []
