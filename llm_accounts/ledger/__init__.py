@@ -33,11 +33,11 @@ import threading
 import time
 import uuid
 
-from . import cache_savings, clock, forecast, health, selection, thresholds
-from .ledger_sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
-from .errors import AccountsError
-from .money import INT64_MAX
-from .records import (  # the records are part of the ledger's API
+from .. import cache_savings, clock, forecast, health, selection, thresholds
+from .sqlite import SQLITE_MAGIC, SqliteBackend  # noqa: F401 (SQLITE_MAGIC: part of the API)
+from ..errors import AccountsError
+from ..money import INT64_MAX
+from ..records import (  # the records are part of the ledger's API
     AccountStatus,
     BLOCK_REASONS,
     CALLER_OUTCOMES,
@@ -196,7 +196,7 @@ def _backend_for(location):
     url = getattr(location, "url", location)
     if isinstance(url, str) and url.startswith(("postgresql://", "postgres://")):
         try:
-            from .ledger_pg import PostgresBackend
+            from .postgres import PostgresBackend
         except ImportError:
             raise AccountsError(
                 "ledger_unavailable",
@@ -309,7 +309,7 @@ class Ledger:
         # per host (docs/architecture.md "Failure classes and health"). Tests name hosts.
         self.host = this_host() if host is None else check_id(host, "host")
         if path is None:
-            from . import paths  # imports llm; only needed for the default path
+            from .. import paths  # imports llm; only needed for the default path
 
             path = paths.ledger_path()
         self._backend = _backend_for(path)
@@ -1968,7 +1968,7 @@ def open_ledger(path=None, accounts=None):
     >>> ledger.spend(month_utc="2026-11")
     """
     if accounts is None:
-        from .declarations import load_declaration
+        from ..declarations import load_declaration
 
         accounts = load_declaration().accounts  # a broken declaration says so (accounts=() skips it)
     ledger = Ledger(path)

@@ -16,8 +16,8 @@ import re
 import sqlite3
 import uuid
 
-from . import schema
-from .errors import AccountsError
+from .. import schema
+from ..errors import AccountsError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
