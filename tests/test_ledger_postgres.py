@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from llm_accounts import ledger as ledger_module
+from llm_accounts import clock, ledger as ledger_module
 from llm_accounts.ledger import postgres
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
@@ -319,7 +319,7 @@ def test_llm_accounts_export_then_datasette_shows_the_spend_status_shows(pg_url,
     monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps([
         {"name": "work", "key_env": "WORK_KEY", "budget_usd": "1"}, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "2"}
     ]))
-    now = ledger_module.clock.now()
+    now = clock.now()
     with Ledger(pg_url) as ledger:
         for i in range(4):
             ledger.reserve(conv(f"c{i}"), f"a{i}", quote(10_000_000), [work, home], now=now)
