@@ -1,8 +1,8 @@
 """The PostgreSQL backend of the ledger: connecting, locking, dialect and schema creation.
 
 For machines sharing accounts (docs/architecture.md "Ledger on PostgreSQL"): every machine sets
-``LLM_ACCOUNTS_LEDGER`` to the same ``postgresql://`` URL. The rules are in
-``llm_accounts.ledger``, the same on both backends; this module only
+``LLM_ACCOUNTS_LEDGER`` to the same ``postgresql://`` URL. The rules are in the rule modules of
+this package (docs/architecture.md "The write path"), the same on both backends; this module only
 
 - connects with psycopg 3 (the ``postgres`` extra; nothing imports it for a SQLite ledger), with
   libpq's URL forms, so a password may come from ``PGPASSWORD``, ``~/.pgpass`` or a service file
