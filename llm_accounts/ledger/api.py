@@ -65,7 +65,6 @@ class Ledger:
         self._conn = None
         self._run("open", self._open, transaction=False)
 
-
     @property
     def backend(self):
         """``"sqlite"`` or ``"postgres"``."""
@@ -84,9 +83,6 @@ class Ledger:
 
     def __exit__(self, *exc):
         self.close()
-
-    def _unavailable(self, why):
-        return self._backend.unavailable(why)
 
     def _run(self, op, fn, *args, write=True, transaction=True):
         """Run ``fn(conn, *args)`` in one transaction (``core.run``)."""
@@ -388,7 +384,6 @@ class Ledger:
         import sqlite_utils
 
         return sqlite_utils.Database(self._backend.sqlite_utils_connection(self, package.BUSY_TIMEOUT_S))
-
 
 
 def open_ledger(path=None, accounts=None):

@@ -25,7 +25,6 @@ def block_account(conn, provider, name, declared, reason, source_ref, now):
     return "already_blocked" if current["block_reason"] else "blocked"
 
 
-
 def mark_removed(conn, provider, name, now):
     """Mark ``name`` removed by ``llm accounts remove``; whether a row was marked."""
     ts = clock.isoformat(now or clock.now())
@@ -34,7 +33,6 @@ def mark_removed(conn, provider, name, now):
         (ts, provider, name),
     )
     return cursor.rowcount == 1
-
 
 
 def clear_block(conn, provider, name, declared, adjustment_id, source_ref, now):
@@ -80,7 +78,6 @@ def clear_block(conn, provider, name, declared, adjustment_id, source_ref, now):
     return "unblocked"
 
 
-
 def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now):
     """Close an open attempt at a sourced cost (``Ledger.reconcile``)."""
     row = conn.execute(
@@ -119,7 +116,6 @@ def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
     return "reconciled"
 
 
-
 def adjust(conn, provider, name, declared, adjustment_id, month_utc, delta_nusd, source_ref, attempt_id, now):
     """Record a signed, sourced correction to a month's spend (``Ledger.adjust``)."""
     if _repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
@@ -147,7 +143,6 @@ def adjust(conn, provider, name, declared, adjustment_id, month_utc, delta_nusd,
         (adjustment_id, attempt_id, provider, name, month_utc, delta_nusd, source_ref, clock.isoformat(at)),
     )
     return "adjusted"
-
 
 
 def rebind(conn, scope, name, declared, source_ref, now):
@@ -186,7 +181,6 @@ def rebind(conn, scope, name, declared, source_ref, now):
     return old[0]
 
 
-
 def _repeat(conn, adjustment_id, kind, attempt_id, provider, account, month, delta, source_ref, detail=None):
     """Duplicate adjustment ids are no-ops only for identical inputs."""
     row = conn.execute("SELECT * FROM adjustment WHERE id = ?", (adjustment_id,)).fetchone()
@@ -198,7 +192,6 @@ def _repeat(conn, adjustment_id, kind, attempt_id, provider, account, month, del
     if not same:
         raise invalid("adjustment_id", "already records different inputs; use a new id")
     return True
-
 
 
 def _named_scope(conn, scope):

@@ -306,7 +306,6 @@ def audit(conn, provider):
     return problems
 
 
-
 def attempt_where(filters):
     """The ``WHERE`` of ``Ledger.attempts`` for ``filters``: equality on ``FILTERS``, and
     ``RANGE_FILTERS``; any other name is refused."""
