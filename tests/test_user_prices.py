@@ -382,7 +382,7 @@ def test_without_a_price_the_model_is_not_routable(nova_account, ledger_path):
     assert attempts(ledger_path) == []
 
 
-def test_refresh_models_lists_served_models_no_revision_prices(nova_account, user_path):
+def test_refresh_models_lists_served_models_no_revision_prices(nova_account, user_path, ledger_path):
     result = accounts_cli("refresh-models")
     assert result.exit_code == 0, result.output
     assert (
@@ -396,6 +396,8 @@ def test_refresh_models_lists_served_models_no_revision_prices(nova_account, use
     assert "not priced" not in accounts_cli("refresh-models").output
     assert json.loads(accounts_cli("refresh-models", "--json").output)["alpha"]["unpriced"] == []
     assert NOVA in catalog.load()["alpha"]["models"]
+    # An account whose fetched list names the model takes its prompts.
+    assert llm.get_model(f"claude-routed/{NOVA}").prompt("Hello").text()
 
 
 def test_prices_add_refuses_a_file_holding_a_run_of_a_declared_key(nova_account, user_path, tmp_path):
