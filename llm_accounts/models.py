@@ -17,8 +17,8 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, cost, payload, room, scrub, transport, wire
-from .capabilities import for_model
+from . import classify, cost, counting, payload, room, scrub, transport, wire
+from .capabilities import for_model, for_price
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async, settle_async
@@ -235,8 +235,8 @@ def set_usage(response, usage, spent=None):
     }
     if isinstance(details.get("cache_creation"), dict) and not any(details["cache_creation"].values()):
         del details["cache_creation"]
-    if details.get("inference_geo") == "not_available":
-        del details["inference_geo"]
+    if details.get("inference_geo") in ("not_available", "global"):
+        del details["inference_geo"]  # the standard routing, like service_tier "standard"
     details.update(cost.usage_details(spent))
     response.set_usage(
         input=_count_or_none(usage.get("input_tokens")),
@@ -381,6 +381,18 @@ class _End:
 
 
 class RoutedClaude(_Shared, llm.KeyModel):
+    def count_tokens(self, prompt=None, *, conversation=None, **kwargs):
+        """The input tokens this prompt would send, counted by the provider for nothing, as
+        llm-anthropic's ``model.count_tokens()``: the arguments of ``model.prompt()`` (or, with
+        ``conversation``, of its next prompt). No reservation (docs/architecture.md "Token counting")."""
+        built = (conversation or self).prompt(prompt, **kwargs)
+        error = None
+        try:
+            return counting.count_sync(self, built.prompt, kwargs.get("key")).tokens
+        except AccountsError as failure:
+            error = failure
+        raise routed_error(error)
+
     def execute(self, prompt, stream, response, conversation, key):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)
@@ -511,6 +523,16 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
+    async def count_tokens(self, prompt=None, *, conversation=None, **kwargs):
+        """``RoutedClaude.count_tokens``, awaited."""
+        built = (conversation or self).prompt(prompt, **kwargs)
+        error = None
+        try:
+            return (await counting.count_async(self, built.prompt, kwargs.get("key"))).tokens
+        except AccountsError as failure:
+            error = failure
+        raise routed_error(error)
+
     async def execute(self, prompt, stream, response, conversation, key):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)
@@ -673,7 +695,7 @@ async def _outcome_of(task):
 def model_pairs(revision, default_model):
     """(sync, async, aliases) for ``claude-routed`` and every active model of the revision."""
     known = revision.model(default_model)
-    caps = for_model(known.id if known is not None else default_model)
+    caps = for_price(known) if known is not None else for_model(default_model)
     yield RoutedClaude(ROUTED_ID, default_model, caps), AsyncRoutedClaude(ROUTED_ID, default_model, caps), ()
     for model in revision.models.values():
         if model.status == "retired":
@@ -682,7 +704,8 @@ def model_pairs(revision, default_model):
         names = [model.id, *model.aliases]
         names += [dotted for dotted in map(dotted_alias, names) if dotted]
         aliases = tuple(dict.fromkeys(f"{ROUTED_ID}/{name}" for name in names if name != model.id))
-        yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), aliases
+        caps = for_price(model)
+        yield RoutedClaude(model_id, model.id, caps), AsyncRoutedClaude(model_id, model.id, caps), aliases
 
 
 def dotted_alias(model_id):

@@ -5,7 +5,7 @@ same histories here so they cannot drift.
 Each example writes one account's history straight into a ledger (budget, daily budget, settled
 and open attempts today and on other days, adjustments, a client's dollar and token caps, a
 failing health row with or without a probe in flight, a binding, what earlier waiters are owed),
-then asks both: ``Ledger._verdict`` (what admission decides, from the ledger's own reads) and
+then asks both: ``admission.account_verdict`` (what admission decides, from the ledger's own reads) and
 ``recheck.admit`` (the write, rolled back). Every example uses its own account, key and
 conversation, so one ledger serves a whole test. On SQLite always, on PostgreSQL when a server
 is available (tests/pgserver.py).
@@ -17,9 +17,9 @@ import itertools
 import pytest
 from hypothesis import HealthCheck, example, given, settings, strategies as st
 
-from llm_accounts import clock, health, recheck, selection
+from llm_accounts import clock, health, selection
 from llm_accounts.declarations import Account
-from llm_accounts.ledger import Ledger, Scope, _read_facts
+from llm_accounts.ledger import Ledger, Scope, admission, core, reads, recheck
 from llm_accounts.pricing import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
@@ -178,25 +178,24 @@ def _write_history(ledger, h):
                 (f"c{n}", name if h["binding"] == "here" else other, ts),
             )
 
-    ledger._transaction(write, (), True)
+    core.in_transaction(ledger, write, (), True)
     return account, n
 
 
 def _python_admits(ledger, account, n, h, quote):
     """What admission decides: the ledger's own reads and ``selection.verdict`` (through
-    ``Ledger._verdict``), and a bound conversation keeps its binding (``Ledger._choose``)."""
-    conn = ledger._conn
+    ``admission.account_verdict``), and a bound conversation keeps its binding (``admission.choose``)."""
 
     def read(conn):
-        facts = _read_facts(conn, "anthropic", MONTH, NOW, ledger.host, full=False, model=MODEL)
+        facts = reads.read_facts(conn, "anthropic", MONTH, NOW, ledger.host, full=False, model=MODEL)
         f = facts[account.name]
         older = [selection.Waiter(1, None, MODEL, h["ahead"])] if h["ahead"] else []
-        day_totals = ledger._day_totals(conn, "anthropic", f, TODAY)
+        day_totals = reads.day_totals(conn, "anthropic", f, TODAY)
         ahead = selection.ahead(older, account, f, f.budget_nusd, day_totals) if older else (0, 0)
-        verdict = ledger._verdict(conn, "anthropic", account, facts, quote, TODAY, NOW, h["client"], older)
+        verdict = admission.account_verdict(conn, "anthropic", account, facts, quote, TODAY, NOW, h["client"], older)
         return f, ahead[0], verdict
 
-    f, ahead, verdict = ledger._transaction(read, (), False)
+    f, ahead, verdict = core.in_transaction(ledger, read, (), False)
     binding_holds = h["binding"] == ("here" if h["bound"] else "none")
     return f, ahead, verdict.code is None and binding_holds, verdict
 

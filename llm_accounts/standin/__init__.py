@@ -8,13 +8,15 @@ Config (``load_config(path)`` / ``validate_config(dict)``)::
 
     {"keys": [{"label": "a", "key": "...", "organization": "org-a", "behaviour": "ok",
                "script": ["rate_limited", "ok"], "delay": 0.0, "min_cache_tokens": 1024,
-               "retry_after": 1}],
-     "min_cache_tokens": 1024}
+               "retry_after": 1, "shapes": ["gzip"], "inference_geo": "global"}],
+     "min_cache_tokens": 1024,
+     "models": [{"id": "claude-nova-6", "context_window": 400000, "max_output": 32000}]}
 
 Only ``label`` and ``key`` are required. ``organization`` defaults to ``org-<label>``; keys that
 share one share its prompt cache. ``script`` is consumed one behaviour per ``POST /v1/messages``
 before falling back to ``behaviour``. ``min_cache_tokens`` (per key, else top level, else the
-model's documented minimum) is the minimum cacheable prefix.
+model's documented minimum) is the minimum cacheable prefix. ``models`` adds models it lists and
+answers besides its own table: one no shipped price knows, for a user's price revision.
 
 Behaviours (``BEHAVIOURS``): ok; rate_limited (429, retry-after, x-should-retry, rate-limit
 headers); spend_limit (429, ``enforced_spend_limit_reached``, no retry-after); overloaded (529);
@@ -35,6 +37,13 @@ GET /v1/models under a standing echo_key lists the key itself, and an id quoting
 page.
 GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
 forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
+count_tokens refuses the fields only a message takes (max_tokens, stream, sampling, stop
+sequences, metadata) as extra inputs, as the API does.
+
+A key's ``shapes`` (``config.SHAPES``) add what real answers carry, whatever its behaviour: gzip,
+stop_details_null, caller, parallel_tools, text_before_thinking, retry_after_200, set_cookie; its
+``inference_geo`` (not_available, global or us) is what its usage reports. Both may be set in the
+config and by ``set_behaviour``.
 
 ``StandIn.requests`` logs every request, oldest first, as a dict: method, path, label (None when no
 key matched), auth ("x-api-key" | "bearer" | None), model, stream, status (0: closed without a

@@ -22,8 +22,8 @@ slot, a health row's identity, a binding) is held equal to the Python rule by pr
 
 import dataclasses
 
-from . import clock, health, selection
-from .records import client_cap, client_token_cap
+from .. import clock, health, selection
+from ..records import client_cap, client_token_cap
 
 
 class Sql:
