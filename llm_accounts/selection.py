@@ -255,7 +255,7 @@ class Facts:
     host_probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
-    stamp: str | None = None  # its health rows as read, for the re-check under its lock (llm_accounts.recheck)
+    stamp: str | None = None  # its health rows as read, for the re-check under its lock (llm_accounts.ledger.recheck)
 
     @property
     def spent_nusd(self):
@@ -499,7 +499,7 @@ def _token_limit(token_cap, ceiling_tokens, client_token_totals, counts):
 def limits(account, f, budget, ceiling, client=None, day_totals=(0, 0), client_totals=(0, 0), ahead=(0, 0),
            ceiling_tokens=None, client_token_totals=(0, 0)):
     """Every limit ``verdict`` checks an attempt against, in its order: the ones an admission
-    re-checks under the account's lock (``llm_accounts.recheck`` builds its SQL from these, so the
+    re-checks under the account's lock (``llm_accounts.ledger.recheck`` builds its SQL from these, so the
     rule has one home: docs/architecture.md "Ledger on PostgreSQL")."""
     found = _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, {})
     token_cap = client_token_cap(account, client)
