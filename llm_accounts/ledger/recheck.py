@@ -23,7 +23,6 @@ slot, a health row's identity, a binding) is held equal to the Python rule by pr
 import dataclasses
 
 from .. import clock, health, selection
-from ..records import client_cap, client_token_cap
 
 
 class Sql:
@@ -67,7 +66,7 @@ SETTLED = "m.settled_nusd"
 OPEN = "m.open_nusd"
 ADJUSTED = """(SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
     WHERE j.provider = m.provider AND j.account = m.name AND j.month_utc = m.month_utc)"""
-# Today's totals as ``Ledger._day_totals`` reads them: the month row's for its newest day, none
+# Today's totals as ``reads.day_totals`` reads them: the month row's for its newest day, none
 # for a day after it, the ``day`` table's when the clock went back within the month.
 _DAY = """CASE WHEN m.day_utc = :day THEN m.day_{0}_nusd WHEN m.day_utc IS NULL OR m.day_utc < :day THEN 0
     ELSE COALESCE((SELECT d.{0}_nusd FROM day d WHERE d.day_utc = :day AND d.provider = m.provider AND d.account = m.name), 0) END"""
@@ -88,7 +87,7 @@ EMPTY_STAMP = "|" * (len(_STAMPED) - 1)  # an account with no health rows (or no
 
 
 def stamp(row):
-    """The same text from a ``_FACTS_SQL`` row (columns ``<alias>_<name>``)."""
+    """The same text from a ``reads._FACTS_SQL`` row (columns ``<alias>_<name>``)."""
     return "|".join(str(row[f"{alias}_{name}"] or "") for alias, _, name in _STAMPED)
 
 
@@ -137,7 +136,7 @@ def limit_sql(account, client, quote, ahead_nusd, params):
 
 def _probe_free(on_host):
     """No other attempt holds the half-open slot of a failing row (``health.probe_outstanding``,
-    ``ledger._probe_sql``): none admitted since the dwell's end, without an outcome, within its
+    ``reads._probe_sql``): none admitted since the dwell's end, without an outcome, within its
     lease. The row is the one read (its stamp is re-checked too)."""
     row, host = ("hh", " AND p.host = :host") if on_host else ("h", "")
     return f"""NOT EXISTS (SELECT 1 FROM attempt p WHERE p.state = 'open' AND p.outcome IS NULL
@@ -251,8 +250,6 @@ def admit(conn, backend, plan):
     if plan.moving:
         old = plan.old_binding
         if old is not None and old["warm"] is not None and selection.parse_time(old["created_at"]) is not None:
-            from . import clock
-
             month = clock.credit_month(selection.parse_time(old["created_at"]))
             _count_bound(conn, month, provider, old["account"], old["warm"], -1, plan.attempt_id)
         _count_bound(conn, plan.month, provider, name, v.warm, 1, plan.attempt_id)
@@ -287,7 +284,3 @@ def _count_bound(conn, month, provider, name, warm, delta, attempt_id):
         {"month": month, "provider": provider, "name": name, "delta": delta, "id": attempt_id},
     )
 
-
-def caps_apply(account, client):
-    """Whether the verdict read the client's totals (a dollar or token cap): for the property tests."""
-    return client_cap(account, client) is not None or client_token_cap(account, client) is not None
