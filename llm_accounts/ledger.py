@@ -1451,6 +1451,8 @@ class Ledger:
         if by not in self.SPEND_DIMENSIONS:
             raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
         check_month(month_utc)
+        if by == "conversation":
+            return self.spend_by_conversation(month_utc, account=account, client=client, provider=provider)["rows"]
         if account is not None:
             check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
         start, end = clock.credit_period(month_utc)
@@ -1460,8 +1462,6 @@ class Ledger:
         in_scope = "provider = :provider AND account = COALESCE(:account, account)"
         if client is None and by in ("account", "model"):
             sql = f"SELECT {by} AS key, {sums} FROM month_model WHERE {in_scope} AND month_utc = :month GROUP BY 1"
-        elif client is None and by == "conversation":
-            sql = f"SELECT conversation AS key, {sums} FROM month_conversation WHERE {in_scope} AND month_utc = :month GROUP BY 1"
         elif client is None and by == "day":
             sql = (f"SELECT day_utc AS key, {sums} FROM day WHERE {in_scope} "
                    "AND day_utc >= :first_day AND day_utc < :end_day GROUP BY 1")
@@ -1495,6 +1495,17 @@ class Ledger:
             return sorted(rows, key=lambda row: (-(row["settled_nusd"] + row["open_nusd"]), row["key"] is None, row["key"] or ""))
 
         return self._run("spend_by", run, write=False)
+
+    def spend_by_conversation(self, month_utc, *, account=None, client=None, limit=None, provider="anthropic"):
+        """The period's costliest conversations, their total and how many ``limit`` left out
+        (``llm_accounts.conversation_spend``: an index walk and one totals row per account)."""
+        from . import conversation_spend
+
+        check_month(month_utc)
+        if account is not None:
+            check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        return self._run("spend_by", lambda conn: conversation_spend.spend_by_conversation(
+            conn, provider, month_utc, account=account, client=client, limit=limit), write=False)
 
     _FILTERS = ("id", "account", "state", "outcome", "month_utc", "day_utc", "scope_kind", "scope_id", "client", "provider")
 
