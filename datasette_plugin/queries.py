@@ -13,8 +13,10 @@ None sums attempt rows, so each costs the same at a thousand attempts or ten mil
 (docs/performance.md "Spend views at any length of history"): spend comes from the running
 totals the ledger keeps in ``month`` and ``day``, counts by outcome from ``month_outcome``, spend
 by model, client and conversation from ``month_model``, ``month_client`` and ``month_conversation``
-(all kept by triggers in the transaction that writes the attempt, llm_accounts/schema.py), and the one
-query that lists attempts walks the partial ``attempt_open`` index a page at a time.
+(all kept by triggers in the transaction that writes the attempt, llm_accounts/schema.py); the
+conversations, as many as a third of the attempts, are read from an index in the order shown and
+only up to the query's limit; and the one query that lists attempts walks the partial
+``attempt_open`` index a page at a time.
 """
 
 OPEN_PAGE = 100

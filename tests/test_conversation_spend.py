@@ -108,6 +108,10 @@ def test_a_ledger_without_the_conversation_totals_gains_them_and_the_indexes_on_
             ledger._conn.execute(statement)
     with Ledger(history) as ledger:
         assert ledger.spend_by_conversation("2026-12", limit=4) == expected
+        indexes = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'index'",
+                   "postgres": "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"}
+        names = {row[0] for row in ledger._conn.execute(indexes[ledger._backend.kind])}
+    assert {"month_conversation_top", "month_conversation_account_top"} <= names
 
 
 def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(tmp_path):
