@@ -1447,7 +1447,8 @@ class Ledger:
         (``month_model``, ``month_client``, ``month_conversation``, ``day``): a few rows per
         period however long the history. A client filter sums the period's attempt rows.
         ``client`` lists attempts without a label under the key ``None``; ``conversation``
-        covers conversations' attempts (a one-off prompt has none)."""
+        covers conversations' attempts (a one-off prompt has none), a row per conversation and
+        account, every one of the period: ``spend_by_conversation`` stops at a limit."""
         if by not in self.SPEND_DIMENSIONS:
             raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
         check_month(month_utc)
