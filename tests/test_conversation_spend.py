@@ -8,6 +8,7 @@ one the triggers keep; each expectation is a plain GROUP BY over the attempt row
 """
 
 import json
+import shutil
 import sqlite3
 
 import pytest
@@ -72,32 +73,44 @@ def history(ledger_location):
     return ledger_location
 
 
-@pytest.mark.parametrize("account", [None, "work", "home"])
-def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history, account):
-    with Ledger(history) as ledger:
-        expected = grouped(ledger, "2026-12", account)
-        for limit in (None, 3):
-            found = ledger.spend_by_conversation("2026-12", account=account, limit=limit)
-            assert found["rows"] == expected[:limit]
-            assert found["more"] == len(expected) - len(expected[:limit])
-            assert found["total"] == {
-                "conversations": len(expected),
-                **{name: sum(row[name] for row in expected) for name in ("attempts", "settled_nusd", "open_nusd")},
-            }
+@pytest.fixture(scope="module")
+def seeded_file(tmp_path_factory):
+    """One SQLite ledger with the history, written once (each reservation is an fsync'd commit);
+    tests that read it take a copy."""
+    path = tmp_path_factory.mktemp("seeded") / "ledger.db"
+    with Ledger(path) as ledger:
+        seeded(ledger)
+    return path
 
 
-def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conversation_has_a_row_per_account(history):
+@pytest.fixture
+def copied(seeded_file, tmp_path):
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(seeded_file, path)
+    return path
+
+
+def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history):
     with Ledger(history) as ledger:
+        for month in ("2026-12", "2026-11", "2026-10"):  # 2026-10: a period without conversations
+            for account in (None, "work", "home"):
+                expected = grouped(ledger, month, account)
+                for limit in (None, 3):
+                    found = ledger.spend_by_conversation(month, account=account, limit=limit)
+                    assert found["rows"] == expected[:limit]
+                    assert found["more"] == len(expected) - len(expected[:limit])
+                    assert found["total"] == {
+                        "conversations": len(expected),
+                        **{name: sum(row[name] for row in expected) for name in ("attempts", "settled_nusd", "open_nusd")},
+                    }
+
+
+def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conversation_has_a_row_per_account(copied):
+    with Ledger(copied) as ledger:
         rows = ledger.spend_by_conversation("2026-12")["rows"]
     keys = [(row["account"], row["key"]) for row in rows]
     assert keys[keys.index(("home", "c-c")):][:3] == [("home", "c-c"), ("work", "c-a"), ("work", "c-b")]
     assert {account for account, key in keys if key == "c-d"} == {"work", "home"}
-
-
-def test_a_period_without_conversations_has_no_rows_and_a_zero_total(history):
-    with Ledger(history) as ledger:
-        found = ledger.spend_by_conversation("2026-10", limit=5)
-    assert found == {"rows": [], "more": 0, "total": {"conversations": 0, "attempts": 0, "settled_nusd": 0, "open_nusd": 0}}
 
 
 def test_a_ledger_without_the_conversation_totals_gains_them_and_the_indexes_on_open(history):
@@ -114,13 +127,11 @@ def test_a_ledger_without_the_conversation_totals_gains_them_and_the_indexes_on_
     assert {"month_conversation_top", "month_conversation_account_top"} <= names
 
 
-def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(tmp_path):
+def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(copied):
     from datasette_plugin.queries import SPEND_BY_CONVERSATION
     from llm_accounts import conversation_spend
 
-    with Ledger(tmp_path / "ledger.db") as ledger:
-        seeded(ledger)
-    db = sqlite3.connect(tmp_path / "ledger.db")
+    db = sqlite3.connect(copied)
     plans = {}
     for account in (None, "work"):
         sql = conversation_spend.TOP.format(account="AND account = :account" if account else "",
@@ -139,10 +150,9 @@ def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(t
 
 
 @pytest.fixture
-def cli(ledger_path, monkeypatch):
+def cli(seeded_file, ledger_path, monkeypatch):
     ledger_path.parent.mkdir(parents=True, exist_ok=True)
-    with Ledger(ledger_path) as ledger:
-        seeded(ledger)
+    shutil.copyfile(seeded_file, ledger_path)
     monkeypatch.setattr(clock, "now", lambda: T0 + DAY)
     return ledger_path
 

@@ -66,17 +66,24 @@ async def test_spend_by_conversation_lists_the_costliest_first(ds):
     ]
 
 
-@pytest.fixture
-def many(ledger_path, monkeypatch):
-    """tests/test_conversation_spend.py's history: equal totals, held ceilings, a moved conversation."""
+@pytest.fixture(scope="module")
+def many_file(tmp_path_factory):
+    """tests/test_conversation_spend.py's history (equal totals, held ceilings, a moved
+    conversation), written once: the queries only read it."""
     from test_conversation_spend import seeded
 
-    ledger_path.parent.mkdir(parents=True, exist_ok=True)
-    with Ledger(ledger_path) as ledger:
+    path = tmp_path_factory.mktemp("many") / "accounts-ledger.db"
+    with Ledger(path) as ledger:
         seeded(ledger)
+    return path
+
+
+@pytest.fixture
+def many(many_file, monkeypatch):
+    with Ledger(many_file) as ledger:
         expected = [tuple(row) for row in ledger._conn.execute(GROUPED)]
     monkeypatch.setattr(clock, "now", lambda: T0 + DAY)
-    return Datasette([str(ledger_path)]), expected
+    return Datasette([str(many_file)]), expected
 
 
 # The canned query's rows from a plain GROUP BY over the attempts, in its documented order.
