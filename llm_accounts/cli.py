@@ -1241,8 +1241,8 @@ def spend(by, period, account, client, limit, json_, csv_):
     are the requested ones. With --by client, attempts without a label are listed as "(none)".
 
     With --by conversation, the costliest conversations come first (settled plus held), with the
-    account each spent on, 20 unless --limit says; a line after the table says how many more the
-    period holds, and the total row covers them all. A conversation moved to another account
+    account each spent on, 20 unless --limit says; a line after the table (on stderr with --csv;
+    "more" in --json) says how many more the period holds, and the total covers them all. A conversation moved to another account
     ('llm accounts rebind') has a row per account.
 
     \b
@@ -1288,6 +1288,8 @@ def spend(by, period, account, client, limit, json_, csv_):
             (row["key"], *(row[k] for k in extra), row["attempts"], row["settled_nusd"], row["open_nusd"],
              usd_exact(row["settled_nusd"]), usd_exact(row["open_nusd"])) for row in rows
         ))
+        if more > 0:  # on stderr, so the CSV stays rows only
+            click.echo(_more_conversations(more, len(rows)), err=True)
         return
     if not rows:
         click.echo(f"No attempts in credit period {period}")
@@ -1300,7 +1302,11 @@ def spend(by, period, account, client, limit, json_, csv_):
     click.echo(f"Credit period {period}")
     _table(table)
     if more > 0:
-        click.echo(f"and {more:,} more conversation{'s' if more != 1 else ''}; show them with --limit {len(rows) + more}")
+        click.echo(_more_conversations(more, len(rows)))
+
+
+def _more_conversations(more, shown):
+    return f"and {more:,} more conversation{'s' if more != 1 else ''}; show them with --limit {shown + more}"
 
 
 @accounts.command()

@@ -177,6 +177,12 @@ def test_spend_by_conversation_json_says_how_many_more(cli):
     assert data["more"] == 9 and data["total"]["attempts"] == 11
 
 
+def test_spend_by_conversation_csv_keeps_its_rows_and_says_how_many_more_on_stderr(cli):
+    result = CliRunner().invoke(accounts_cli, ["spend", "--by", "conversation", "--limit", "2", "--csv"])
+    assert [line.split(",")[:2] for line in result.stdout.splitlines()] == [["conversation", "account"], ["c-i", "home"], ["c-f", "work"]]
+    assert result.stderr == "and 8 more conversations; show them with --limit 10\n"
+
+
 def test_spend_limit_with_another_dimension_is_one_line_declaration_invalid(cli):
     result = CliRunner().invoke(accounts_cli, ["spend", "--by", "model", "--limit", "3"])
     assert result.exit_code == 1
