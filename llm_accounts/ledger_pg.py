@@ -561,6 +561,8 @@ class PostgresBackend:
 
 TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation", "month_conversation_total")
 BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  # issue 23: standard SQL, run as is
+# An open checks tables and columns, not indexes: the conversation views' indexes came with
+# month_conversation_total, so a ledger missing them is missing it too and is migrated.
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")
