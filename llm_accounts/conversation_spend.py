@@ -28,7 +28,7 @@ FROM attempt WHERE month_utc = :month AND provider = :provider AND scope_kind = 
 GROUP BY scope_id, account"""
 
 
-def spend_by_conversation(conn, provider, month_utc, *, account=None, client=None, limit=None):
+def spend_by_conversation(conn, provider, month_utc, account=None, client=None, limit=None):
     """The period's costliest conversations: ``{"rows": [...], "more": N, "total": {...}}``.
 
     Each row is ``key`` (the conversation id), ``account``, ``attempts``, ``settled_nusd`` and
