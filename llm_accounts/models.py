@@ -52,6 +52,14 @@ class _Shared:
     def __str__(self):
         return f"Anthropic Messages, routed across accounts: {self.model_id}"
 
+    @property
+    def supported_server_side_tools(self):
+        """llm-anthropic's server tools by its class names (``-T 'WebSearch(max_uses=3)'``) and raw
+        specs; which of them can be priced is decided before sending (docs/pricing.md "Server tools")."""
+        from .server_tools import OFFERED
+
+        return OFFERED
+
     def get_key(self, explicit_key=None):
         from .declarations import load_declaration
 

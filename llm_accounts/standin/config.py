@@ -33,6 +33,7 @@ BEHAVIOURS = (
     "drop",
     "echo_key",
     "refusal",
+    "search_overrun",
 )
 
 KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id")
