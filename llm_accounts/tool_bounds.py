@@ -79,10 +79,11 @@ def bounds(tools, fees, revision_id):
             continue
         where = f"tools[{index}]"
         kind = tool.get("type")
-        name = tool.get("name") if isinstance(tool.get("name"), str) else "this tool"
         count = COUNTS.get(kind)
         if count is None:
             _refuse(where, _unaccepted(kind), revision_id)
+        # Named by its accepted type, never by the request's own text (docs/errors.md).
+        name = kind.rsplit("_", 1)[0]
         if count not in fees:
             _refuse(where, f"{name} ({kind}) has no fee in this price revision, so it is not priced", revision_id)
         uses = tool.get("max_uses")
@@ -104,17 +105,19 @@ def bounds(tools, fees, revision_id):
 
 
 def _unaccepted(kind):
+    """Why a tool type is refused, naming its family, never repeating the type itself (request
+    text, which could hold anything)."""
     if not isinstance(kind, str):
         return "a server tool's type must be a string"
     for prefix, version in BASIC_VERSION.items():
         if kind.startswith(prefix + "_"):
             return (
-                f"{kind} is not priced (its dynamic filtering runs code execution inside the tool); "
-                f"use {version}"
+                f"this {prefix} version is not priced (the newer versions filter results by running code "
+                f"execution inside the tool); use {version}"
             )
     for prefix, why in UNBOUNDED.items():
         if kind.startswith(prefix):
-            return f"{kind} cannot be priced: {why}; remove the tool"
+            return f"{prefix} cannot be priced: {why}; remove the tool"
     return f"server tools other than {', '.join(COUNTS)} are not priced; use client tools"
 
 

@@ -109,7 +109,7 @@ def test_code_execution_is_offered_only_to_be_refused_with_a_code(standin_accoun
     assert CodeExecution in llm.get_model(MODEL).supported_server_side_tools
     with pytest.raises(llm.ModelError) as caught:
         llm.get_model(MODEL).prompt("Run it", tools=[CodeExecution()]).text()
-    assert str(caught.value).startswith("unsupported_pricing: tools[0]: code_execution_20250825 cannot be priced")
+    assert str(caught.value).startswith("unsupported_pricing: tools[0]: code_execution cannot be priced")
     assert standin_account.requests == [] and attempts(ledger_path) == []
 
 
