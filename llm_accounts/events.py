@@ -10,7 +10,6 @@ import json
 from llm.parts import StreamEvent
 
 from . import classify, payload, scrub, wire
-from .errors import AccountsError
 from .wire import Malformed, MessageAssembler, SSEDecoder
 
 
@@ -35,6 +34,7 @@ class Projector:
     is shown as one ``tool_result`` event holding its JSON content. Citations on text
     (``citations_delta``) are kept in the assembled message, which is scrubbed whole before it is
     stored or logged (``scrub.scrub_json`` joins their ``cited_text``); they are not text events.
+    A block type this version does not know is read past the same way, shown as nothing.
     """
 
     CHANNEL_TYPES = {"text": "text", "reasoning": "reasoning"}
@@ -85,10 +85,9 @@ class Projector:
                 out.append(
                     self._event("reasoning", "", provider_metadata={"anthropic": {"type": "redacted_thinking", "data": data}})
                 )
-            elif btype not in ("text", "thinking"):
-                raise AccountsError(
-                    "unsupported_pricing", "the response holds a content block this plugin does not price"
-                )
+            # Any other block type is read past and shown as nothing: the usage prices the answer
+            # (an unknown billing dimension shows there and keeps the attempt open), and the final
+            # message is scrubbed whole before it is stored.
         elif kind == "content_block_stop" and self.tool is not None:
             out.append(self._tool_finished(assembler, event["index"]))
         return out

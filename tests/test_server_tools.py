@@ -8,7 +8,6 @@ shows them. A tool with no bound is refused before anything is reserved.
 
 import asyncio
 import json
-import math
 import sqlite3
 
 import llm
@@ -287,3 +286,25 @@ def test_fast_mode_is_no_longer_offered(standin_account, ledger_path):
         llm.get_model(MODEL).prompt("Hello", fast=True).text()
     assert str(caught.value).startswith("unsupported_pricing: option fast: fast mode is not offered")
     assert standin_account.requests == [] and attempts(ledger_path) == []
+
+
+def test_a_stream_with_a_block_type_this_version_does_not_know_is_read_to_the_end(canary_key):
+    # Usage prices the answer; a block shown as nothing keeps nothing open (an unknown billing
+    # dimension would show in the usage, which settlement checks).
+    events = [
+        {"type": "message_start", "message": {"model": HAIKU, "id": "msg_01", "type": "message", "role": "assistant",
+                                               "content": [], "usage": {"input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "container_upload", "file_id": canary_key}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "content_block_start", "index": 1, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 1, "delta": {"type": "text_delta", "text": "Done."}},
+        {"type": "content_block_stop", "index": 1},
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]
+    reader = StreamReader(canary_key)
+    lines = b"".join(standin_wire.sse(event["type"], event) for event in events).decode().split("\n")
+    shown = [event for line in lines for event in reader.feed(line)] + reader.finish()
+    assert reader.complete
+    assert [(event.type, event.chunk) for event in shown] == [("text", "Done.")]
+    assert pricing.settlement_cost(reader.final_message()["usage"], HAIKU, None, None) == 10 * 1_000 + 3 * 5_000
