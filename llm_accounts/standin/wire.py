@@ -128,9 +128,10 @@ def ratelimit_headers(now, *, limited=False, retry_after=1, input_tokens=0):
     }
 
 
-def usage(plan, output_tokens, reply=None):
-    """A message's full usage object (section 2.1), in the recorded key order; a reply that ran a
-    server tool adds its result's input tokens and its ``server_tool_use`` counts."""
+def usage(plan, output_tokens, inference_geo="not_available", reply=None):
+    """A message's full usage object (section 2.1), in the recorded key order. ``inference_geo``
+    is what the key reports (``global`` on the Claude 4.6+ models; ``not_available`` before); a
+    reply that ran a server tool adds its result's input tokens and its ``server_tool_use`` counts."""
     out = {
         "input_tokens": plan.input_tokens + _extra_input(reply),
         "cache_creation_input_tokens": plan.cache_creation_input_tokens,
@@ -141,7 +142,7 @@ def usage(plan, output_tokens, reply=None):
         },
         "output_tokens": output_tokens,
         "service_tier": "standard",
-        "inference_geo": "not_available",
+        "inference_geo": inference_geo,
     }
     return _with_tool_uses(out, reply)
 
@@ -175,7 +176,9 @@ def _with_tool_uses(out, reply):
     return ordered
 
 
-def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None):
+def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None, null_details=False):
+    """A Messages answer; ``null_details`` sends ``stop_details: null`` when there are none, as
+    2026 answers do (section 2.1)."""
     out = {
         "model": model_id,
         "id": message_id,
@@ -186,7 +189,7 @@ def message(model_id, message_id, content, stop_reason, stop_sequence, usage_obj
         "stop_sequence": stop_sequence,
         "usage": usage_object,
     }
-    if stop_details is not None:
+    if stop_details is not None or null_details:
         out["stop_details"] = stop_details
     return out
 
@@ -220,7 +223,7 @@ def stream_error_event(behaviour):
     return sse("error", error_body(error_type, message))
 
 
-def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
+def stream_events(model_id, message_id, reply, plan, *, stop_after=None, null_details=False, inference_geo="not_available"):
     """The SSE event sequence of a reply as ``(name, data)`` pairs.
 
     message_start -> per block: content_block_start, (ping after the first), deltas, content_block_stop
@@ -229,7 +232,7 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
     """
     events = [
         ("message_start", {"type": "message_start", "message": message(
-            model_id, message_id, [], None, None, usage(plan, 1))}),
+            model_id, message_id, [], None, None, usage(plan, 1, inference_geo), null_details=null_details)}),
     ]
     sent = 0
     for index, block in enumerate(reply.blocks):
@@ -248,7 +251,7 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
     events.append(("message_delta", {
         "type": "message_delta",
         "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence,
-                  **({"stop_details": reply.stop_details} if reply.stop_details is not None else {})},
+                  **({"stop_details": reply.stop_details} if reply.stop_details is not None or null_details else {})},
         "usage": delta_usage(plan, reply.output_tokens, reply),
     }))
     events.append(("message_stop", {"type": "message_stop"}))
