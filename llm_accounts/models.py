@@ -18,7 +18,7 @@ import llm
 from llm.parts import StreamEvent
 
 from . import classify, cost, counting, payload, room, scrub, transport, wire
-from .capabilities import for_model
+from .capabilities import for_model, for_price
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async, settle_async
@@ -693,7 +693,7 @@ async def _outcome_of(task):
 def model_pairs(revision, default_model):
     """(sync, async, aliases) for ``claude-routed`` and every active model of the revision."""
     known = revision.model(default_model)
-    caps = for_model(known.id if known is not None else default_model)
+    caps = for_price(known) if known is not None else for_model(default_model)
     yield RoutedClaude(ROUTED_ID, default_model, caps), AsyncRoutedClaude(ROUTED_ID, default_model, caps), ()
     for model in revision.models.values():
         if model.status == "retired":
@@ -702,7 +702,8 @@ def model_pairs(revision, default_model):
         names = [model.id, *model.aliases]
         names += [dotted for dotted in map(dotted_alias, names) if dotted]
         aliases = tuple(dict.fromkeys(f"{ROUTED_ID}/{name}" for name in names if name != model.id))
-        yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), aliases
+        caps = for_price(model)
+        yield RoutedClaude(model_id, model.id, caps), AsyncRoutedClaude(model_id, model.id, caps), aliases
 
 
 def dotted_alias(model_id):

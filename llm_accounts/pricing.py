@@ -1,7 +1,9 @@
 """Price revisions, the worst-case ceiling and settlement from usage (docs/pricing.md "The price
 revision", "Ceiling" and "Settlement cost").
 
-A price revision is shipped data (``prices/<revision>.json``): exact model ids and aliases, each
+A price revision is shipped data (``prices/<revision>.json``), or a file of the user's own read
+the same way (``user_prices``; ``price_book`` decides which revision prices each model, docs/pricing.md
+"Which price wins"): exact model ids and aliases, each
 model's context window and maximum output, and five rates in integer nanodollars per token
 (fresh input, 5-minute cache write, 1-hour cache write, cache read, output), optionally with a
 long-context tier. Nothing here guesses: a model or request feature the revision does not price
@@ -90,7 +92,7 @@ STANDARD_SPEEDS = (None, "standard")
 STANDARD_SERVICE_TIERS = (None, "standard")
 STANDARD_INFERENCE_GEOS = (None, "not_available", "global")
 
-_REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _FRACTION = re.compile(r"([0-9]+)/([1-9][0-9]*)")
 
 
@@ -136,11 +138,15 @@ class ModelPrice:
 
 @dataclass(frozen=True)
 class Revision:
-    id: str
+    id: str  # a shipped id ("anthropic-2026-11-29"), or "user:<revision>" for a user's file
     read_on: str
     sources: tuple[str, ...]
     models: dict[str, ModelPrice]
     notes: tuple[str, ...] = ()
+    # The date its prices apply from (a shipped revision's is its read_on), and whether a user
+    # revision asks to replace shipped prices (docs/pricing.md "Your own price revisions").
+    applies_from: str | None = None
+    overrides_shipped: bool = False
     # Nanodollars per server-tool use, by usage.server_tool_use count name (docs/pricing.md
     # "Server tools"); a count not listed is not priced.
     server_tool_fees: dict = field(default_factory=dict)
@@ -154,6 +160,12 @@ class Revision:
                     raise ValueError(f"price revision {self.id}: model name {name} is listed twice")
                 names[name] = price
         object.__setattr__(self, "_names", names)
+        if self.applies_from is None:
+            object.__setattr__(self, "applies_from", self.read_on)
+
+    @property
+    def is_user(self):
+        return self.id.startswith(USER_PREFIX)
 
     def model(self, model_id):
         """The price for an exact model id or exact alias; never a prefix or substring match."""
@@ -185,6 +197,65 @@ class Quote:
 # Loading revisions ---------------------------------------------------------------------------
 
 
+# A price file is refused whole, in one line naming the field's path and the rule it breaks, never
+# its value (docs/pricing.md "Your own price revisions"): a user's file may hold anything, a pasted
+# key included. The tables name every field a file may hold, with whether it is required; a field
+# outside them is refused, so a typo never silently drops a price. A new optional field is one
+# line here plus its reading below.
+SHIPPED, USER = "shipped", "user"
+USER_PREFIX = "user:"
+REVISION_FIELDS = {
+    # name: required in a shipped file, required in a user file
+    "revision": (True, True),
+    "read_on": (True, False),
+    "applies_from": (False, True),
+    "overrides_shipped": (False, False),
+    "provider": (False, False),
+    "unit": (False, False),
+    "sources": (False, False),
+    "notes": (False, False),
+    "server_tool_fees": (False, False),  # docs/pricing.md "Server tools"
+    "models": (True, True),
+}
+MODEL_FIELDS = {
+    "id": True,
+    "aliases": False,
+    "display_name": False,
+    "context_window": True,
+    "max_output": True,
+    "status": True,
+    "rates": True,
+    "long_context": False,
+}
+LONG_CONTEXT_FIELDS = {"above_input_tokens": True, "rates": True}
+MAX_MODEL_ID_CHARS = 128  # as long as an id a model list may hold (catalog.MAX_ID_CHARS)
+MAX_TEXT_CHARS = 1000
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+class PriceFileError(ValueError):
+    """A price file breaks a rule; ``str()`` names the field's path and the rule, never a value."""
+
+
+def _fields(data, table, where, origin=SHIPPED):
+    if not isinstance(data, dict):
+        raise PriceFileError(f"{where or 'the file'}: must be a JSON object")
+    where_shown = where or "top level"
+    unknown = [name for name in data if name not in table]
+    if unknown:
+        # The name is not shown: it is the file's text, which may hold anything.
+        raise PriceFileError(f"{where_shown}: {len(unknown)} unknown field(s); allowed: {', '.join(table)}")
+    for name, required in table.items():
+        if isinstance(required, tuple):
+            required = required[origin == USER]
+        if required and name not in data:
+            raise PriceFileError(f"{_path(where, name)}: required")
+
+
+def _path(where, name):
+    return f"{where}.{name}" if where else name
+
+
 def _rate(value, where):
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -193,66 +264,140 @@ def _rate(value, where):
         if match:
             rate = Fraction(int(match.group(1)), int(match.group(2)))
             return rate.numerator if rate.denominator == 1 else rate
-    raise ValueError(f"{where}: a rate must be a non-negative integer or a string \"n/d\"")
+    raise PriceFileError(
+        f"{where}: a rate must be a non-negative integer of nanodollars per token ($1 per million "
+        'tokens is 1000) or a string fraction "n/d"'
+    )
 
 
 def _rates(data, where):
     if not isinstance(data, dict) or set(data) != set(RATE_NAMES):
-        raise ValueError(f"{where}: needs exactly the rates {', '.join(RATE_NAMES)}")
+        raise PriceFileError(f"{where}: needs exactly the rates {', '.join(RATE_NAMES)}")
     return Rates(**{name: _rate(data[name], f"{where}.{name}") for name in RATE_NAMES})
 
 
 def _positive_int(value, where):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{where}: must be a positive integer")
+        raise PriceFileError(f"{where}: must be a positive integer")
     return value
 
 
+def _text(value, where, limit=MAX_TEXT_CHARS):
+    """A string shown to people: printable, bounded, and not holding the public start of an
+    Anthropic key (docs/security.md "Price files")."""
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        raise PriceFileError(f"{where}: must be a printable string of 1 to {limit} characters")
+    if looks_like_key(value):
+        raise PriceFileError(f"{where}: must not hold an API key")
+    return value
+
+
+def looks_like_key(text):
+    from .scrub import PUBLIC_PREFIX
+
+    return PUBLIC_PREFIX in text.lower()
+
+
+def _model_name(value, where):
+    """A model id or alias: the id the provider lists, sent as the request's ``model`` and shown
+    in ``claude-routed/<id>``."""
+    _text(value, where, MAX_MODEL_ID_CHARS)
+    if not value.isascii() or any(char.isspace() or char == "/" for char in value):
+        raise PriceFileError(f"{where}: a model id is ASCII without spaces or '/'")
+    return value
+
+
+def _texts(value, where):
+    if not isinstance(value, list):
+        raise PriceFileError(f"{where}: must be a list of strings")
+    return tuple(_text(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+
+def _date(value, where):
+    import datetime as dt
+
+    if isinstance(value, str) and _DATE.fullmatch(value):
+        try:
+            dt.date.fromisoformat(value)
+            return value
+        except ValueError:
+            pass
+    raise PriceFileError(f"{where}: must be a date YYYY-MM-DD")
+
+
 def _model_price(data, where):
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-        raise ValueError(f"{where}: a model needs an id")
-    if data.get("status") not in STATUSES:
-        raise ValueError(f"{where}.status: must be one of {', '.join(STATUSES)}")
+    _fields(data, MODEL_FIELDS, where)
+    model_id = _model_name(data["id"], f"{where}.id")
+    if data["status"] not in STATUSES:
+        raise PriceFileError(f"{where}.status: must be one of {', '.join(STATUSES)}")
     aliases = data.get("aliases", [])
-    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-        raise ValueError(f"{where}.aliases: must be a list of strings")
+    if not isinstance(aliases, list):
+        raise PriceFileError(f"{where}.aliases: must be a list of model ids")
+    aliases = tuple(_model_name(alias, f"{where}.aliases[{index}]") for index, alias in enumerate(aliases))
     long_context = None
     if data.get("long_context") is not None:
         tier = data["long_context"]
+        _fields(tier, LONG_CONTEXT_FIELDS, f"{where}.long_context")
         long_context = (
-            _positive_int(tier.get("above_input_tokens"), f"{where}.long_context.above_input_tokens"),
-            _rates(tier.get("rates"), f"{where}.long_context.rates"),
+            _positive_int(tier["above_input_tokens"], f"{where}.long_context.above_input_tokens"),
+            _rates(tier["rates"], f"{where}.long_context.rates"),
         )
+    display_name = data.get("display_name")
     return ModelPrice(
-        id=data["id"],
-        aliases=tuple(aliases),
-        display_name=str(data.get("display_name") or data["id"]),
-        context_window=_positive_int(data.get("context_window"), f"{where}.context_window"),
-        max_output=_positive_int(data.get("max_output"), f"{where}.max_output"),
+        id=model_id,
+        aliases=aliases,
+        display_name=model_id if display_name is None else _text(display_name, f"{where}.display_name", 100),
+        context_window=_positive_int(data["context_window"], f"{where}.context_window"),
+        max_output=_positive_int(data["max_output"], f"{where}.max_output"),
         status=data["status"],
-        rates=_rates(data.get("rates"), f"{where}.rates"),
+        rates=_rates(data["rates"], f"{where}.rates"),
         long_context=long_context,
     )
 
 
-def revision_from_dict(data):
-    """Build a ``Revision`` from a parsed price file, checking every field and rate."""
-    revision_id = data.get("revision")
-    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
-        raise ValueError("revision: must be a lower-case id such as anthropic-2026-11-29")
-    models = {}
-    for index, entry in enumerate(data.get("models") or []):
-        price = _model_price(entry, f"{revision_id}.models[{index}]")
+def revision_from_dict(data, origin=SHIPPED):
+    """Build a ``Revision`` from a parsed price file, checking every field and rate.
+
+    A user's file (``origin=USER``) gets the id ``user:<revision>`` and needs ``applies_from``;
+    a shipped one needs ``read_on``. Raises ``PriceFileError`` naming the first field that is
+    wrong.
+    """
+    _fields(data, REVISION_FIELDS, "", origin)
+    revision_id = data["revision"]
+    if not isinstance(revision_id, str) or not REVISION_ID.fullmatch(revision_id) or looks_like_key(revision_id):
+        raise PriceFileError("revision: must be a lower-case id of letters, digits and '-' such as 2026-12-05-mine")
+    read_on = _date(data["read_on"], "read_on") if "read_on" in data else None
+    applies_from = _date(data["applies_from"], "applies_from") if "applies_from" in data else read_on
+    overrides = data.get("overrides_shipped", False)
+    if not isinstance(overrides, bool):
+        raise PriceFileError("overrides_shipped: must be true or false")
+    for name in ("provider", "unit"):
+        if name in data:
+            _text(data[name], name)
+    sources = _texts(data.get("sources", []), "sources")
+    notes = _texts(data.get("notes", []), "notes")
+    entries = data["models"]
+    if not isinstance(entries, list) or not entries:
+        raise PriceFileError("models: must be a non-empty list of models")
+    models, seen = {}, {}
+    for index, entry in enumerate(entries):
+        where = f"models[{index}]"
+        price = _model_price(entry, where)
+        for position, name in enumerate((price.id, *price.aliases)):
+            if name in seen:
+                field_path = f"{where}.id" if position == 0 else f"{where}.aliases[{position - 1}]"
+                raise PriceFileError(f"{field_path}: the same model name as {seen[name]}")
+            seen[name] = f"models[{index}]"
         models[price.id] = price
-    if not models:
-        raise ValueError(f"{revision_id}: prices no model")
     return Revision(
-        id=revision_id,
-        read_on=str(data.get("read_on")),
-        sources=tuple(data.get("sources") or ()),
+        id=(USER_PREFIX + revision_id) if origin == USER else revision_id,
+        read_on=read_on or applies_from,
+        sources=sources,
         models=models,
-        notes=tuple(data.get("notes") or ()),
-        server_tool_fees=_server_tool_fees(data.get("server_tool_fees"), f"{revision_id}.server_tool_fees"),
+        notes=notes,
+        applies_from=applies_from,
+        overrides_shipped=overrides,
+        server_tool_fees=_server_tool_fees(data.get("server_tool_fees"), "server_tool_fees"),
     )
 
 
@@ -265,15 +410,42 @@ def _server_tool_fees(data, where):
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ValueError(f"{where}: must be an object of usage count name to nanodollars per use")
+        raise PriceFileError(f"{where}: must be an object of usage count name to nanodollars per use")
     fees = {}
     for name, value in data.items():
         if not _COUNT_NAME.fullmatch(name):
-            raise ValueError(f"{where}: each name must be a usage.server_tool_use count such as web_search_requests")
+            raise PriceFileError(f"{where}: each name must be a usage.server_tool_use count such as web_search_requests")
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{where}.{name}: must be a non-negative integer of nanodollars per use")
+            raise PriceFileError(f"{where}.{name}: must be a non-negative integer of nanodollars per use")
         fees[name] = value
     return fees
+
+
+def parse_price_file(raw, origin=SHIPPED):
+    """A ``Revision`` from a price file's bytes: UTF-8 JSON, no field twice in one object."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PriceFileError("the file is not UTF-8 text") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        # error.msg names the rule and the position only, never the text around it.
+        raise PriceFileError(f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:
+        raise PriceFileError("not valid JSON (nested too deeply)") from None
+    return revision_from_dict(data, origin)
+
+
+def _no_duplicates(pairs):
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise PriceFileError("a JSON object holds the same field twice")
+    return dict(pairs)
+
+
+def _no_constant(name):
+    raise PriceFileError("not valid JSON (NaN and Infinity are not numbers)")
 
 
 def _price_files():
@@ -289,11 +461,19 @@ def shipped_revision_ids():
     )
 
 
-@lru_cache(maxsize=None)
 def load_revision(revision_id):
-    """A shipped revision by id, kept so an attempt quoted under it can still be settled
-    (docs/pricing.md "The price revision")."""
-    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
+    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
+    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
+    if isinstance(revision_id, str) and revision_id.startswith(USER_PREFIX):
+        from .user_prices import load_user_revision
+
+        return load_user_revision(revision_id)
+    return _load_shipped(revision_id)
+
+
+@lru_cache(maxsize=None)
+def _load_shipped(revision_id):
+    if not isinstance(revision_id, str) or not REVISION_ID.fullmatch(revision_id):
         raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
     path = _price_files().joinpath(revision_id + ".json")
     missing = AccountsError(
@@ -310,7 +490,7 @@ def load_revision(revision_id):
             raise missing from None
         except FileProblem as error:
             raise AccountsError("unsupported_pricing", f"price revision file {revision_id}.json: {error.reason}") from None
-    revision = revision_from_dict(json.loads(raw.decode("utf-8")))
+    revision = parse_price_file(raw)
     if revision.id != revision_id:
         raise ValueError(f"{revision_id}.json: holds revision {revision.id}")
     return revision
@@ -318,7 +498,8 @@ def load_revision(revision_id):
 
 @lru_cache(maxsize=None)
 def current_revision():
-    """The newest shipped revision (latest ``read_on``), used for every new quote."""
+    """The newest shipped revision (latest ``read_on``), used for every new quote of a model it
+    prices, unless a user's revision overrides it (``price_book``)."""
     revisions = [load_revision(revision_id) for revision_id in shipped_revision_ids()]
     return max(revisions, key=lambda revision: (revision.read_on, revision.id))
 
@@ -326,9 +507,14 @@ def current_revision():
 def _resolve(revision):
     if revision is None:
         return current_revision()
-    if isinstance(revision, Revision):
-        return revision
+    if isinstance(revision, Revision) or hasattr(revision, "revision_of"):
+        return revision  # a Revision, or a price_book.Book
     return load_revision(revision)
+
+
+def revision_pricing(revision, model_id):
+    """The one revision that prices ``model_id``: a book (price_book.Book) names it."""
+    return revision.revision_of(model_id) if hasattr(revision, "revision_of") else revision
 
 
 # Walking a request ---------------------------------------------------------------------------
@@ -519,9 +705,15 @@ def quote(body, revision=None):
     if not isinstance(request, dict):
         _refuse("request", "the body is not a JSON object", revision)
     model_id = request.get("model")
+    revision = revision_pricing(revision, model_id)
     price = revision.model(model_id)
     if price is None:
-        _refuse("model", "this model is not priced; run 'llm accounts prices' for the priced models", revision)
+        _refuse(
+            "model",
+            "this model is not priced; run 'llm accounts prices' for the priced models, or give its "
+            "prices with 'llm accounts prices add FILE' (docs/pricing.md \"Your own price revisions\")",
+            revision,
+        )
     if price.status == "retired":
         _refuse("model", f"{price.id} is retired; choose an active model from 'llm accounts prices'", revision)
     _check_features(request, revision)
@@ -659,7 +851,7 @@ def settlement_cost(usage, served_model, request_body, revision):
     None means the usage is incomplete or carries something the revision does not price: keep
     the ceiling open.
     """
-    revision = _resolve(revision)
+    revision = revision_pricing(_resolve(revision), served_model)
     price = revision.model(served_model)
     if price is None or not isinstance(usage, dict):
         return None

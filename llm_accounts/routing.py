@@ -19,7 +19,7 @@ import dataclasses
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, thresholds, tool_bounds, transport
+from . import catalog, classify, clock, keys, notices, price_book, pricing, provider_pass, room, selection, thresholds, tool_bounds, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -63,12 +63,15 @@ class RoutedCall:
         self.pinned = pinned
         self.client = client
         self.llm_response_id = llm_response_id
-        self.revision = revision or pricing.current_revision()
+        # The one revision that prices the model, shipped or the user's (docs/pricing.md "Which
+        # price wins"); the book resolves account model lists across all of them.
+        book = revision or price_book.current()
+        self.revision = revision or book.revision_for_body(body)
         # Raises unsupported_pricing before anything is reserved or sent.
         self.quote = pricing.quote(body, self.revision)
         # Declared models, narrowed to what each account serves (llm accounts refresh-models).
         served = catalog.load()
-        self.accounts = catalog.effective_accounts(declaration.accounts, self.revision, served)
+        self.accounts = catalog.effective_accounts(declaration.accounts, book, served)
         # A list older than a day is fetched again in a background thread: this prompt routes on
         # the lists just read and never waits; the next prompt uses the new ones.
         catalog.refresh_stale_in_background(declaration, served)
@@ -477,7 +480,7 @@ class UnroutedCall:
         return None
 
     def revision_knows(self, model_id):
-        return pricing.current_revision().model(model_id) is not None
+        return price_book.current().model(model_id) is not None
 
     def refused(self, attempt, status, info, retry_after_s=None):
         return AccountsError(
