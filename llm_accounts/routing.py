@@ -270,7 +270,7 @@ class RoutedCall:
                 return account
         raise AccountsError("account_blocked", f"account '{name}' is bound but no longer declared", account=name)
 
-    def _settle(self, attempt_id, evidence, outcome, cost):
+    def _settle(self, attempt_id, evidence, outcome, cost, beyond_bounds=False):
         if isinstance(evidence, Complete):
             # Warm-prefix evidence (docs/architecture.md "Warm prefixes"): only a complete settlement
             # writes it.
@@ -280,6 +280,7 @@ class RoutedCall:
                 cert=self.quote.cert,
                 hour_after_key=self.quote.hour_after_key,
                 server_tools=self.quote.server_tools,
+                beyond_bounds=beyond_bounds,
             )
         else:
             self.ledger.settle(attempt_id, evidence)
@@ -405,18 +406,16 @@ class RoutedCall:
                 )
         else:
             evidence = Complete(cost, _numeric_usage(usage, holds), served, _request_id(request_id, holds))
-            self._settle(attempt.id, evidence, "complete", cost)
-            self._check_tool_uses(attempt, usage)
+            over = tool_bounds.overrun(usage.get("server_tool_use"), self.quote.tool_uses)
+            self._settle(attempt.id, evidence, "complete", cost, beyond_bounds=bool(over))
+            if over:
+                self._say_overrun(attempt, over)
         return self.routing(paid_by=attempt.account)
 
-    def _check_tool_uses(self, attempt, usage):
+    def _say_overrun(self, attempt, over):
         """Server-tool uses above the request's bound are usage no request could cause: the real
-        cost stands (settled above), and the account is blocked as for a cost above its ceiling,
-        whose premise they break (docs/pricing.md "Server tools")."""
-        over = tool_bounds.overrun(usage.get("server_tool_use"), self.quote.tool_uses)
-        if not over:
-            return
-        self.ledger.block(attempt.account, "ceiling_exceeded", source_ref=f"attempt:{attempt.id}")
+        cost stands, and the settlement blocked the account in its own transaction, as for a cost
+        above its ceiling, whose premise they break (docs/pricing.md "Server tools")."""
         # Count names are provider strings: only the ones this plugin knows are repeated.
         known = sorted(name for name in over if name in tool_bounds.COUNTS.values()) or ["server-tool uses"]
         error = AccountsError(

@@ -258,6 +258,22 @@ def test_search_uses_above_max_uses_block_the_account(standin_account, ledger_pa
     assert line.startswith("Warning: ceiling_exceeded: account 'a': the answer reports more web_search_requests")
 
 
+def test_the_overrun_block_is_written_by_the_settlement_itself(standin_account, ledger_path, monkeypatch):
+    """Settled cost and block are one transaction: a second ledger call could be lost to a crash
+    between the two, leaving an account that broke its ceiling's premise unblocked."""
+    from llm_accounts.ledger import Ledger
+
+    def no_second_call(*args, **kwargs):
+        raise AssertionError("the block must not need a second ledger call")
+
+    monkeypatch.setattr(Ledger, "block", no_second_call)
+    standin_account.set_behaviour("a", "ok", script=["search_overrun"])
+    _prompt(False, True, [WebSearch(max_uses=1)])
+    db = sqlite3.connect(ledger_path)
+    assert db.execute("select block_reason from account where name = 'a'").fetchone() == ("ceiling_exceeded",)
+    assert db.execute("select state from attempt").fetchall() == [("settled",)]
+
+
 def test_server_tools_leave_the_warm_prefix_length_unknown(standin_account, ledger_path):
     # One usage sums several samplings, so read + written is not the stable prefix's length
     # (docs/architecture.md "Warm prefixes").
