@@ -23,6 +23,7 @@ from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 
+from . import tool_bounds
 from .errors import AccountsError
 from .paths import FileProblem, read_limited
 
@@ -65,6 +66,11 @@ UNPRICED_FIELDS = {
 PRICED_SERVICE_TIERS = (None, "standard_only", "auto")
 PRICED_BLOCK_TYPES = frozenset(
     {
+        # A server tool's call and result replayed in a later turn: input tokens like any other.
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_search_result",
+        "web_fetch_tool_result",
         "text",
         "image",
         "document",
@@ -141,6 +147,9 @@ class Revision:
     # revision asks to replace shipped prices (docs/pricing.md "Your own price revisions").
     applies_from: str | None = None
     overrides_shipped: bool = False
+    # Nanodollars per server-tool use, by usage.server_tool_use count name (docs/pricing.md
+    # "Server tools"); a count not listed is not priced.
+    server_tool_fees: dict = field(default_factory=dict)
     _names: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -176,6 +185,13 @@ class Quote:
     # The worst case in billed tokens, for client token caps (docs/architecture.md "Client caps"):
     # the same input window the dollar ceiling prices (the model's context window) plus max_tokens.
     ceiling_tokens: int | None = None
+    # The request's server tools (tool_bounds.Bounds): their usage counts and most uses. A request
+    # with any sums several samplings in one usage (docs/architecture.md "Warm prefixes").
+    tool_uses: tool_bounds.Bounds = tool_bounds.NONE
+
+    @property
+    def server_tools(self):
+        return self.tool_uses.any
 
 
 # Loading revisions ---------------------------------------------------------------------------
@@ -198,6 +214,7 @@ REVISION_FIELDS = {
     "unit": (False, False),
     "sources": (False, False),
     "notes": (False, False),
+    "server_tool_fees": (False, False),  # docs/pricing.md "Server tools"
     "models": (True, True),
 }
 MODEL_FIELDS = {
@@ -380,7 +397,28 @@ def revision_from_dict(data, origin=SHIPPED):
         notes=notes,
         applies_from=applies_from,
         overrides_shipped=overrides,
+        server_tool_fees=_server_tool_fees(data.get("server_tool_fees"), "server_tool_fees"),
     )
+
+
+_COUNT_NAME = re.compile(r"[a-z][a-z_]{0,62}_requests")
+
+
+def _server_tool_fees(data, where):
+    """``{"web_search_requests": 10000000, ...}``: integer nanodollars per use, by the
+    usage.server_tool_use count that reports the uses; absent means no server tool is priced."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PriceFileError(f"{where}: must be an object of usage count name to nanodollars per use")
+    fees = {}
+    for name, value in data.items():
+        if not _COUNT_NAME.fullmatch(name):
+            raise PriceFileError(f"{where}: each name must be a usage.server_tool_use count such as web_search_requests")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise PriceFileError(f"{where}.{name}: must be a non-negative integer of nanodollars per use")
+        fees[name] = value
+    return fees
 
 
 def parse_price_file(raw, origin=SHIPPED):
@@ -592,8 +630,7 @@ def _check_features(request, revision):
         if not isinstance(block, dict):
             _refuse(where, "must be an object to be priced", revision)
         if tier == "tools":
-            if block.get("type") not in (None, "custom"):
-                _refuse(where, 'server tools (a tool whose type is not "custom") are not priced; use client tools', revision)
+            pass  # server tools: tool_bounds.bounds, called by quote
         elif block.get("type") not in PRICED_BLOCK_TYPES:
             _refuse(
                 where,
@@ -651,6 +688,12 @@ def quote(body, revision=None):
     context window, Pin the greatest input-side rate and Pout the greatest output rate of every
     tier a request of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
     ``AccountsError("unsupported_pricing")`` for anything the revision does not price.
+
+    With server tools (docs/pricing.md "Server tools") the provider samples up to
+    ``tool_bounds.ITERATIONS`` times within the request, each sampling reading at most the window
+    and writing at most max_tokens, and each fee-bearing use is bounded by its tool's max_uses:
+    ``C = ceil(N * (Imax * Pin + Omax * Pout)) + sum(max_uses * fee)``, the tiers taken over the
+    N windows' input.
     """
     if not isinstance(body, (bytes, bytearray)):
         raise TypeError("quote() takes the frozen request bytes")
@@ -679,10 +722,12 @@ def quote(body, revision=None):
         _refuse("max_tokens", "required, a positive integer", revision)
     if max_tokens > price.max_output:
         _refuse("max_tokens", f"above {price.id}'s maximum output of {price.max_output} tokens", revision)
-    tiers = price.tiers_up_to(price.context_window)
+    tools = tool_bounds.bounds(request.get("tools"), revision.server_tool_fees, revision.id)
+    samplings = tool_bounds.ITERATIONS if tools.any else 1
+    tiers = price.tiers_up_to(samplings * price.context_window)
     pin = max(rate for tier in tiers for rate in tier.input_side())
     pout = max(tier.output for tier in tiers)
-    ceiling = math.ceil(price.context_window * pin + max_tokens * pout)
+    ceiling = math.ceil(samplings * (price.context_window * pin + max_tokens * pout)) + tools.fees_nusd
     cert, hour_after_key = _warm_prefix(request, model_id)
     return Quote(
         requested_model=model_id,
@@ -691,7 +736,8 @@ def quote(body, revision=None):
         request_digest=hashlib.sha256(bytes(body)).hexdigest(),
         cert=cert,
         hour_after_key=hour_after_key,
-        ceiling_tokens=price.context_window + max_tokens,
+        ceiling_tokens=samplings * (price.context_window + max_tokens),
+        tool_uses=tools,
     )
 
 
@@ -780,7 +826,8 @@ def _empty(value):
 
 
 def _check_modifiers(usage):
-    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo, server tools)."""
+    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo) and
+    server-tool counts that are not counts."""
     if usage.get("speed") not in STANDARD_SPEEDS:
         raise _Incomplete
     if usage.get("service_tier") not in STANDARD_SERVICE_TIERS:
@@ -791,15 +838,16 @@ def _check_modifiers(usage):
     if server_tools is not None:
         if not isinstance(server_tools, dict):
             raise _Incomplete
-        if any(_count(value) != 0 for value in server_tools.values()):
-            raise _Incomplete
+        for value in server_tools.values():
+            _count(value)
 
 
 def settlement_cost(usage, served_model, request_body, revision):
     """The exact cost ``A`` of final ``usage`` at the served model's rates, or None.
 
     ``A = ceil(input*Pin + read*Pread + w5*P5m + w1h*P1h + output*Pout)`` at the tier the
-    request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost").
+    request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost"),
+    plus each ``server_tool_use`` count times its fee in the revision.
     None means the usage is incomplete or carries something the revision does not price: keep
     the ceiling open.
     """
@@ -817,14 +865,18 @@ def settlement_cost(usage, served_model, request_body, revision):
         w5, w1h = _cache_writes(usage, created, request_body)
     except _Incomplete:
         return None
+    fees = tool_bounds.fees_due(usage.get("server_tool_use"), revision.server_tool_fees)
+    if fees is None:
+        return None
     rates = price.rates_for(fresh + created + read)
-    return math.ceil(
+    return fees + math.ceil(
         fresh * rates.input
         + read * rates.cache_read
         + w5 * rates.write_5m
         + w1h * rates.write_1h
         + output * rates.output
     )
+
 
 
 def per_mtok(rate):

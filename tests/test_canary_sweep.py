@@ -2,7 +2,8 @@
 run of it in any output, log line, file, ledger row, llm logs entry or Datasette page
 (docs/security.md "Tests").
 
-The stand-in quotes the key back (``echo_key``) on one prompt and in its model list, and refuses
+The stand-in quotes the key back (``echo_key``) on one prompt, in a web search's result and
+citation, and in its model list, and refuses
 another prompt with a 429;
 the commands, llm's logs, an export and every canned query and dashboard page are read after.
 """
@@ -88,6 +89,10 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(
     server.set_behaviour("canary", "ok", script=["echo_key", "echo_key"])
     assert run("-m", MODEL, "Quote it").exit_code == 0
     assert run("-m", MODEL, "--no-stream", "Quote it").exit_code == 0
+    # A web search whose result (title, URL, encrypted content) and citation quote the key.
+    server.set_behaviour("canary", "ok", script=["echo_key", "echo_key"])
+    assert run("-m", MODEL, "-T", "WebSearch(max_uses=2)", "Search it").exit_code == 0
+    assert run("-m", MODEL, "--no-stream", "-T", "WebSearch(max_uses=2)", "Search it").exit_code == 0
     server.set_behaviour("canary", "ok", script=["rate_limited"])
     assert run("-m", MODEL, "-o", "retries", "1", "After a 429").exit_code == 0
     server.set_behaviour("canary", "ok", script=["refusal"])
@@ -155,6 +160,8 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(
     outputs.extend(record.getMessage() for record in caplog.records)
 
     assert "Echoing the key you sent" in "".join(outputs)  # the reply that quoted it was shown, masked
+    assert "Stand-in result quoting [key]" in "".join(outputs)  # the search result, in llm logs --json
+    assert "The key was [key]" in "".join(outputs)  # the citation's cited_text
     assert "must not hold an API key" in "".join(outputs)  # the price files were read and refused
     assert "2 ids dropped" in "".join(outputs)  # the model list that named it was read
     for key in (canary_key, admin_canary):

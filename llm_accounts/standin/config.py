@@ -33,6 +33,7 @@ BEHAVIOURS = (
     "drop",
     "echo_key",
     "refusal",
+    "search_overrun",
 )
 
 KEY_FIELDS = (

@@ -44,7 +44,7 @@ ADMIN_PATHS = frozenset(
     {"/v1/organizations/usage_report/messages", "/v1/organizations/cost_report", "/v1/organizations/api_keys"}
 )
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22)}
+_ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22), "srvtoolu": ("srvtoolu_01", 22)}
 
 
 def is_loopback(host):
@@ -460,11 +460,12 @@ class _Exchange:
             echo=self.presented if behaviour == "echo_key" else None,
             refuse=behaviour == "refusal",
             shapes=self.key.shapes,
+            extra_uses=1 if behaviour == "search_overrun" else 0,
         )
         message_id = self.standin._new_id("msg")
         # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
         self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
-        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo)
+        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo, reply)
         delay = self.key.delay if behaviour == "slow" else 0.0
         if delay:
             self.standin._stopping.wait(delay)
