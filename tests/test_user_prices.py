@@ -456,3 +456,40 @@ def test_a_prompt_on_a_user_priced_model_can_be_counted(nova_priced, ledger_path
     [sent] = [r for r in nova_priced.requests if r["path"] == "/v1/messages/count_tokens"]
     assert sent["model"] == NOVA
     assert attempts(ledger_path) == []
+
+
+# A revision whose date is still to come (docs/pricing.md "Which price wins") ---------------------
+
+
+def _haiku_override_in(user_path, applies_from):
+    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000,
+             "rates": {name: 1 for name in NOVA_RATES}}
+    user_prices.prices_dir().mkdir(parents=True)
+    data = revision_data(revision="haiku-cut", applies_from=applies_from, overrides_shipped=True, models=[model])
+    write(user_prices.prices_dir() / "haiku-cut.json", data)
+
+
+def test_an_override_dated_after_today_does_not_price_prompts_yet(nova_account, user_path, ledger_path, monkeypatch):
+    import datetime
+
+    from llm_accounts import clock
+
+    monkeypatch.setattr(clock, "now", lambda: datetime.datetime(2026, 12, 4, 23, 59, 59, tzinfo=datetime.timezone.utc))
+    _haiku_override_in(user_path, "2026-12-05")
+    assert llm.get_model("claude-routed/claude-haiku-4-5").prompt("Hello").text()
+    [row] = attempts(ledger_path)
+    assert row["price_revision"] == pricing.current_revision().id
+    [unused] = [entry for entry in price_book.current().entries if entry.revision.is_user]
+    assert not unused.in_force and "applies from 2026-12-05" in unused.note
+
+
+def test_an_override_applies_from_its_own_date(nova_account, user_path, ledger_path, monkeypatch):
+    import datetime
+
+    from llm_accounts import clock
+
+    monkeypatch.setattr(clock, "now", lambda: datetime.datetime(2026, 12, 5, 0, 0, tzinfo=datetime.timezone.utc))
+    _haiku_override_in(user_path, "2026-12-05")
+    assert llm.get_model("claude-routed/claude-haiku-4-5").prompt("Hello").text()
+    [row] = attempts(ledger_path)
+    assert row["price_revision"] == "user:haiku-cut"
