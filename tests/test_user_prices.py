@@ -414,6 +414,19 @@ def test_prices_add_refuses_a_file_holding_a_run_of_a_declared_key(nova_account,
     assert_no_key_material(result.output, nova_account.key)
 
 
+@pytest.mark.parametrize("field", ["provider", "unit"])
+def test_prices_add_refuses_a_run_of_a_declared_key_in_any_string_it_would_copy(nova_account, user_path, tmp_path, field):
+    # provider and unit are read but not kept in the revision; add copies the file's bytes whole.
+    source = write(tmp_path / "pasted.json", revision_data(**{field: nova_account.key[20:60]}))
+    result = accounts_cli("prices", "add", str(source))
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: declaration_invalid: FILE: {field}: must not hold an API key "
+        "(it holds a run of a declared key); nothing was added"
+    )
+    assert not user_prices.prices_dir().exists() or not any(user_prices.prices_dir().iterdir())
+
+
 def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_path, tmp_path):
     from llm_accounts import cache_savings, provider_usage
 
