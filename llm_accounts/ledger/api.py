@@ -328,13 +328,27 @@ class Ledger:
         (``month_model``, ``month_client``, ``month_conversation``, ``day``): a few rows per
         period however long the history. A client filter sums the period's attempt rows.
         ``client`` lists attempts without a label under the key ``None``; ``conversation``
-        covers conversations' attempts (a one-off prompt has none)."""
+        covers conversations' attempts (a one-off prompt has none), a row per conversation and
+        account, every one of the period: ``spend_by_conversation`` stops at a limit."""
         if by not in self.SPEND_DIMENSIONS:
             raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
         check_month(month_utc)
+        if by == "conversation":
+            return self.spend_by_conversation(month_utc, account=account, client=client, provider=provider)["rows"]
         if account is not None:
             check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
         return self._run("spend_by", reports.spend_by, by, month_utc, account, client, provider, write=False)
+
+    def spend_by_conversation(self, month_utc, *, account=None, client=None, limit=None, provider="anthropic"):
+        """The period's costliest conversations, their total and how many ``limit`` left out
+        (``llm_accounts.conversation_spend``: an index walk and one totals row per account)."""
+        from .. import conversation_spend
+
+        check_month(month_utc)
+        if account is not None:
+            check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        return self._run("spend_by", conversation_spend.spend_by_conversation, provider, month_utc, account, client,
+                         limit, write=False)
 
     def attempts(self, *, limit=None, oldest_first=False, **filters):
         """Attempt rows, newest first, filtered by equality on any of ``_FILTERS`` and by

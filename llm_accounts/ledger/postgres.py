@@ -291,6 +291,32 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE OR REPLACE FUNCTION llm_accounts_month_conversation_total() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's month_conversation_total_* triggers do: a conversation row's change, added
+    -- to its account's period total (an upsert fires the insert trigger or the update one).
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO month_conversation_total (month_utc, provider, account, conversations, attempts, settled_nusd,
+            open_nusd)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, CASE WHEN NEW.attempts > 0 THEN 1 ELSE 0 END, NEW.attempts,
+                NEW.settled_nusd, NEW.open_nusd)
+        ON CONFLICT (month_utc, provider, account) DO UPDATE SET
+            conversations = month_conversation_total.conversations + excluded.conversations,
+            attempts = month_conversation_total.attempts + excluded.attempts,
+            settled_nusd = month_conversation_total.settled_nusd + excluded.settled_nusd,
+            open_nusd = month_conversation_total.open_nusd + excluded.open_nusd;
+        RETURN NEW;
+    END IF;
+    UPDATE month_conversation_total t SET
+        conversations = t.conversations - CASE WHEN OLD.attempts > 0 THEN 1 ELSE 0 END
+            + CASE WHEN TG_OP = 'UPDATE' AND NEW.attempts > 0 THEN 1 ELSE 0 END,
+        attempts = t.attempts - OLD.attempts + CASE WHEN TG_OP = 'UPDATE' THEN NEW.attempts ELSE 0 END,
+        settled_nusd = t.settled_nusd - OLD.settled_nusd + CASE WHEN TG_OP = 'UPDATE' THEN NEW.settled_nusd ELSE 0 END,
+        open_nusd = t.open_nusd - OLD.open_nusd + CASE WHEN TG_OP = 'UPDATE' THEN NEW.open_nusd ELSE 0 END
+    WHERE t.month_utc = OLD.month_utc AND t.provider = OLD.provider AND t.account = OLD.account;
+    RETURN NULL;
+END $$;
+
 DROP TRIGGER IF EXISTS attempt_totals ON attempt;
 CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
     rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
@@ -305,6 +331,9 @@ CREATE TRIGGER attempt_model AFTER INSERT OR DELETE OR UPDATE OF state, cost_nus
 DROP TRIGGER IF EXISTS attempt_conversation ON attempt;
 CREATE TRIGGER attempt_conversation AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_conversation();
+DROP TRIGGER IF EXISTS month_conversation_total ON month_conversation;
+CREATE TRIGGER month_conversation_total AFTER INSERT OR UPDATE OR DELETE ON month_conversation
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_month_conversation_total();
 """
 
 EXTRA = f"""
@@ -530,8 +559,10 @@ class PostgresBackend:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
 
 
-TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation")
-BACKFILLED = ("month_model", "month_conversation")  # issue 23: standard SQL, run as is
+TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation", "month_conversation_total")
+BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  # issue 23: standard SQL, run as is
+# An open checks tables and columns, not indexes: the conversation views' indexes came with
+# month_conversation_total, so a ledger missing them is missing it too and is migrated.
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")
