@@ -97,14 +97,16 @@ _money = selection.money
 _when = selection.when
 
 
-def _busy(op="reserve"):
-    """``ledger_busy``; only a refused reservation proves that nothing was sent."""
+def _busy(op="reserve", location=None):
+    """``ledger_busy``, naming the ledger (``location``: a file, or a URL with its password masked);
+    only a refused reservation proves that nothing was sent."""
     fate = {
         "reserve": "nothing was sent, try again",
         "settle": "the attempt's outcome was not written",
     }.get(op, "nothing was written, try again")
     return AccountsError(
-        "ledger_busy", f"the ledger stayed locked by another process for {BUSY_TIMEOUT_S:g} s; {fate}"
+        "ledger_busy",
+        f"the ledger{f' {location}' if location else ''} stayed locked by another process for {BUSY_TIMEOUT_S:g} s; {fate}",
     )
 
 
@@ -361,8 +363,8 @@ class Ledger:
                 return self._transaction(fn, args, write) if transaction else fn(*args)
         except AccountsError as error:
             outcome = error.code
-            if error.code == "ledger_busy" and op != "reserve":
-                raise _busy(op) from None
+            if error.code == "ledger_busy":
+                raise _busy(op, self.location) from None
             raise
         except BaseException as error:
             outcome = type(error).__name__
