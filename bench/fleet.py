@@ -607,7 +607,8 @@ def main():
               f"accounts {args.accounts}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
         if "postgres" in backends:
             pg = start_postgres(network, rtts)
-        for n in sorted(set(args.processes) | (set(sqlite_ns) if "sqlite" in backends else set())):
+        pools = (set(args.processes) if pg is not None else set()) | (set(sqlite_ns) if "sqlite" in backends else set())
+        for n in sorted(pools):
             started = time.time()
             pool = Pool(n, network.ns if network else None)
             print(f"\n## N = {n} (pool started in {time.time() - started:.1f} s, load {os.getloadavg()[0]:.1f})")
