@@ -33,7 +33,7 @@ delay`` of half the round trip on each end of the veth, or, on a kernel without 
 relay each connection through a delaying TCP relay on the host end (half the round trip each
 way, order kept; the relay is a process of its own, its CPU is not the server's).
 
-Server CPU: the user+system ticks (``/proc/<pid>/stat``, 10 ms each) of the arm's own server
+Server CPU: the time on a CPU (``/proc/<pid>/schedstat``, nanoseconds) of the arm's own server
 backends (found by application_name in ``pg_stat_activity``) over the arm, divided by what the arm
 did: the statements, triggers, locking and commits each backend ran, with no extension to load.
 Background processes (WAL writer, checkpointer, autovacuum) are left out, for both arms alike. Client CPU: each worker's
@@ -340,16 +340,17 @@ class Pool:
 # Server CPU and waits
 
 
-def backend_ticks(pids):
-    """User+system clock ticks of each server backend in ``pids`` (0 for one that has gone)."""
-    ticks = {}
+def backend_cpu(pids):
+    """Seconds on a CPU of each server backend in ``pids`` (gone ones left out), from
+    ``/proc/<pid>/schedstat``: the scheduler's own nanoseconds, where ``/proc/<pid>/stat`` rounds each
+    backend to 10 ms ticks (64 backends, 64 rounding errors)."""
+    spent = {}
     for pid in pids:
         try:
-            fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            spent[pid] = int(open(f"/proc/{pid}/schedstat").read().split()[0]) / 1e9
         except OSError:
             continue
-        ticks[pid] = int(fields[11]) + int(fields[12])
-    return ticks
+    return spent
 
 
 class WaitSampler(threading.Thread):
@@ -474,18 +475,18 @@ def postgres_section(pool, n, args, pg, rtts, summary):
                 pids = [row[0] for row in pg["sampler"].query(
                     "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                     ("fleet-raw" if arm == "raw" else "llm-accounts",))]
-                before = backend_ticks(pids)
+                before = backend_cpu(pids)
                 if arm == "ledger":
                     pg["sampler"].counts = collections.Counter()
                     pg["sampler"].on.set()
                 done, busy, cpu = pool.run(arm, target, k, args.seconds)
                 pg["sampler"].on.clear()
-                after = backend_ticks(pids)
-                ticks = sum(after[pid] - before[pid] for pid in after if pid in before)
+                after = backend_cpu(pids)
+                spent = sum(after[pid] - before[pid] for pid in after if pid in before)
                 if arm == "ledger":
                     waits.update(pg["sampler"].counts)
                 results[(arm, k)].append((done / args.seconds, busy, cpu / max(done, 1),
-                                          ticks / os.sysconf("SC_CLK_TCK") / max(done, 1)))
+                                          spent / max(done, 1)))
         raws = results[("raw", 0)]
         raw_rate = statistics.mean(r[0] for r in raws)
         raw_server = statistics.mean(r[3] for r in raws)
@@ -507,17 +508,106 @@ def postgres_section(pool, n, args, pg, rtts, summary):
             f"{name} {count / total:.0%}" for name, count in waits.most_common(5)))
 
 
-def start_postgres(network, rtts):
+def breakdown(pg, admissions):
+    """One process, sequential: server CPU per admission with the totals triggers and without
+    them (a second ledger schema whose attempt triggers are disabled), per raw commit, and where
+    the statement time goes (pg_stat_statements and track_functions, when the server has them)."""
+    import psycopg
+
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    server = pg["server"]
+    admin = psycopg.connect(server.url, autocommit=True)
+    print(f"\n### Where the server's time goes: one process, {admissions} admissions in a row, round trip 0")
+
+    def backend_pid(app):
+        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+
+    def admit(led, tag, n):
+        for i in range(n):
+            attempt = f"{tag}-{i}-{uuid.uuid4().hex[:8]}"
+            led.reserve(Scope("conversation", f"{tag}-{i // 4}"), attempt, Quote, ACCOUNTS[:8], pinned=ACCOUNTS[0].name)
+            led.settle(attempt, Complete(COST, USAGE, MODEL, None))
+
+    def cpu_per(fn, pid, n):
+        before, started = backend_cpu([pid]), time.process_time()
+        fn()
+        after = backend_cpu([pid])
+        return (after[pid] - before[pid]) / n, (time.process_time() - started) / n
+
+    rows = []
+    for schema, triggers in (("ledger_seq", True), ("ledger_notrig", False)):
+        admin.execute(f"CREATE SCHEMA {schema}")
+        led = Ledger(f"{server.url}?options=-csearch_path%3D{schema}")
+        if not triggers:
+            admin.execute(f"ALTER TABLE {schema}.attempt DISABLE TRIGGER USER")
+        admit(led, "warm", 20)
+        pid = backend_pid("llm-accounts")
+        if triggers and pg["stats"]:
+            admin.execute("SELECT pg_stat_statements_reset()")
+            admin.execute("SELECT pg_stat_reset()")
+        server_cpu, client_cpu = cpu_per(lambda: admit(led, "seq", admissions), pid, admissions)
+        rows.append(("admission (reserve + settle)" + ("" if triggers else ", totals triggers disabled"), server_cpu, client_cpu))
+        if triggers and pg["stats"]:
+            statements = admin.execute(
+                "SELECT calls, total_exec_time, toplevel, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+                "WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC").fetchall()
+            functions = admin.execute(
+                "SELECT funcname, calls, self_time FROM pg_stat_user_functions WHERE funcname LIKE 'llm_accounts%' "
+                "ORDER BY self_time DESC").fetchall()
+        led.close()
+    raw = psycopg.connect(server.url + "?options=-csearch_path%3Draw", autocommit=True, application_name="fleet-seq-raw")
+    pid = backend_pid("fleet-seq-raw")
+
+    def commits(n):
+        for _ in range(n):
+            raw.execute("BEGIN")
+            raw.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
+            raw.execute("COMMIT")
+
+    commits(20)
+    server_cpu, client_cpu = cpu_per(lambda: commits(4 * admissions), pid, 4 * admissions)
+    rows.append(("raw commit", server_cpu, client_cpu))
+    raw.close()
+    print("| unit | server CPU ms | / raw commit | client CPU ms |")
+    print("|---|---|---|---|")
+    for name, server_cpu, client_cpu in rows:
+        print(f"| {name} | {server_cpu * 1000:.3f} | {server_cpu / rows[-1][1]:.1f} x | {client_cpu * 1000:.3f} |")
+    if pg["stats"]:
+        top = [s for s in statements if s[2]]
+        total = sum(s[1] for s in top)
+        print(f"\nstatements per admission: {sum(s[0] for s in top) / admissions:.1f} sent by the client; "
+              f"execution time {total / admissions:.3f} ms per admission (pg_stat_statements, wall time inside the executor, "
+              f"triggers included in the statement that fires them)")
+        print("| per admission | calls | ms | statement |")
+        print("|---|---|---|---|")
+        for calls, spent, toplevel, query in statements[:12]:
+            print(f"| {'client' if toplevel else 'trigger'} | {calls / admissions:.2f} | {spent / admissions:.3f} | `{query[:90]}` |")
+        spent = sum(f[2] for f in functions)
+        print(f"\ntotals trigger functions (track_functions, own time): {spent / admissions:.3f} ms per admission, "
+              f"{spent / total:.0%} of the statements' execution time: " + ", ".join(
+                  f"{name} {self_time / admissions:.3f} ms" for name, calls, self_time in functions))
+    admin.close()
+
+
+def start_postgres(network, rtts, extra_settings):
     sys.path.insert(0, str(ROOT / "tests"))
     import psycopg
     import pgserver
 
     listen = ("127.0.0.1", NS_HOST) if network else ("127.0.0.1",)
     hba = (f"host all all {NS_PEER}/32 trust",) if network else ()
-    server = pgserver.Server(durable=True, listen=listen, hba=hba, settings=("max_connections=300",)).start()
-    pg = {"server": server, "urls": {}, "how": {}, "relay": None, "network": network}
+    settings = ["max_connections=300", *extra_settings]
+    lib = pathlib.Path(os.path.realpath(os.path.join(pgserver.binaries(), "initdb"))).parent.parent / "lib"
+    stats = (lib / "pg_stat_statements.so").exists()
+    if stats:  # the breakdown's statement times; the same small cost in every arm
+        settings += ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "track_functions=all"]
+    server = pgserver.Server(durable=True, listen=listen, hba=hba, settings=settings).start()
+    pg = {"server": server, "urls": {}, "how": {}, "relay": None, "network": network, "stats": stats}
     try:
         admin = psycopg.connect(server.url, autocommit=True)
+        if stats:
+            admin.execute("CREATE EXTENSION pg_stat_statements")
         pg["version"] = admin.execute("SHOW server_version").fetchone()[0]
         admin.execute("CREATE SCHEMA ledger")
         admin.execute("CREATE SCHEMA raw")
@@ -579,6 +669,10 @@ def main():
     parser.add_argument("--rtt", default="0,1,5", help="simulated round trips in ms for PostgreSQL (default 0,1,5)")
     parser.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres or both (default)")
     parser.add_argument("--sqlite-processes", help="N for the SQLite arms (default 8)")
+    parser.add_argument("--breakdown", type=int, default=300, metavar="ADMISSIONS",
+                        help="sequential admissions for the server-CPU breakdown (default 300; 0 skips it)")
+    parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="an extra PostgreSQL server setting, e.g. deadlock_timeout=10s (repeatable)")
     parser.add_argument("--dir", help="directory for the SQLite files (default: a new temporary directory)")
     args = parser.parse_args()
     quick = args.quick
@@ -606,7 +700,11 @@ def main():
         print(f"# bench/fleet.py: {args.rounds} rounds x {args.seconds:g} s per arm; processes {args.processes}; "
               f"accounts {args.accounts}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
         if "postgres" in backends:
-            pg = start_postgres(network, rtts)
+            pg = start_postgres(network, rtts, args.pg_setting)
+            if extra := ", ".join(args.pg_setting):
+                print(f"PostgreSQL settings added: {extra}")
+            if args.breakdown:
+                breakdown(pg, args.breakdown)
         pools = (set(args.processes) if pg is not None else set()) | (set(sqlite_ns) if "sqlite" in backends else set())
         for n in sorted(pools):
             started = time.time()
