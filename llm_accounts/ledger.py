@@ -1602,6 +1602,7 @@ class Ledger:
         """Recompute every month's running totals from its attempt rows; list any that differ."""
 
         def run(conn):
+            self._backend.bulk(conn)  # it sums every attempt: the export's statement bound
             problems = []
             for row in conn.execute(
                 """SELECT m.name, m.month_utc, m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,

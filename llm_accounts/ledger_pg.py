@@ -19,13 +19,14 @@ For machines sharing accounts (docs/architecture.md "Ledger on PostgreSQL"): eve
   commit, and no other writer runs until this one ends, so SERIALIZABLE would add only retries.
   Reads (``status``, ``ladder``) take a REPEATABLE READ READ ONLY snapshot and no lock, as
   SQLite's deferred ``BEGIN`` does;
-- bounds every wait: the connection's session sets ``lock_timeout`` and ``statement_timeout`` to the
-  busy timeout (five seconds) before its first read, so every statement, reads and the schema
+- bounds every wait: the connection's session sets ``lock_timeout`` and ``statement_timeout`` to
+  the busy timeout (five seconds) before its first read, so every statement, reads and the schema
   check on open included, gives up rather than hangs behind a lock held by maintenance
-  (``VACUUM FULL``, ``REINDEX`` or a queued ``ALTER TABLE`` on any ledger table); an export and a
-  schema migration, which read or rewrite every row, get ``BULK_TIMEOUT_S`` per statement instead,
-  under the same lock bound. Connecting is bounded by libpq's ``connect_timeout``. SQLSTATE 55P03
-  (lock_not_available), 57014 (query_canceled), 40P01 and 40001 are ``ledger_busy``;
+  (``VACUUM FULL``, ``REINDEX`` or a queued ``ALTER TABLE`` on any ledger table); an export, an
+  audit and a schema migration, which read or rewrite every row, get ``BULK_TIMEOUT_S`` per
+  statement instead, under the same lock bound. Connecting is bounded by libpq's
+  ``connect_timeout``. SQLSTATE 55P03 (lock_not_available), 57014 (query_canceled), 40P01 and
+  40001 are ``ledger_busy`` (docs/architecture.md "Ledger on PostgreSQL");
 - speaks the dialect: the rules' SQLite-style ``?``, ``?N`` and ``:name`` parameters are rewritten
   to psycopg's, rows answer by name and by position like ``sqlite3.Row``, ``SUM`` of ``bigint``
   (``numeric``) comes back as ``int``, and the admission order SQLite keeps in ``rowid`` is the
@@ -383,6 +384,11 @@ class PostgresBackend:
         except psycopg.Error:
             self.rollback(conn)
             raise
+
+    def bulk(self, conn):
+        """Inside a transaction that reads every row (``audit``): ``BULK_TIMEOUT_S`` per statement
+        until it ends; lock waits keep the busy timeout."""
+        conn.raw.execute(f"SET LOCAL statement_timeout = '{BULK_TIMEOUT_S * 1000}ms'")
 
     def commit(self, conn):
         conn.raw.execute("COMMIT")

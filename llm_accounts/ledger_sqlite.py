@@ -74,6 +74,9 @@ class SqliteBackend:
     def begin(self, conn, write):
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
+    def bulk(self, conn):
+        """A transaction that reads every row: SQLite bounds only lock waits, nothing to raise."""
+
     def commit(self, conn):
         conn.execute("COMMIT")
 
