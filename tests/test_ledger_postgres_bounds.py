@@ -8,6 +8,7 @@ how long the refusal took.
 """
 
 import socket
+import sqlite3
 import threading
 
 import psycopg
@@ -119,3 +120,16 @@ def test_a_server_that_never_answers_the_connection_is_ledger_unavailable_not_a_
         assert not thread.is_alive(), "opening the ledger hung on a silent server"
     assert caught["error"].code == "ledger_unavailable"
     assert "s3cret-word" not in str(caught["error"])
+
+
+def test_an_export_behind_a_table_lock_is_ledger_busy_and_writes_no_file(pg_ledger, tmp_path):
+    (tmp_path / "exports").mkdir()
+    target = tmp_path / "exports" / "copy.db"
+    with Ledger(pg_ledger) as ledger:
+        with TableLock(pg_ledger, "attempt"):
+            with pytest.raises(AccountsError) as caught:
+                ledger.export(target)
+        assert caught.value.code == "ledger_busy" and "s3cret-word" not in str(caught.value)
+        assert list(target.parent.iterdir()) == []
+        ledger.export(target)  # after the release
+    assert sqlite3.connect(target).execute("SELECT count(*) FROM attempt").fetchone() == (0,)
