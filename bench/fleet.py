@@ -205,7 +205,7 @@ def relay_main(listen_host, ports, target, ready):
 def worker_main(index, netns, commands, results):
     if netns:
         enter_netns(netns)
-    from llm_accounts import ledger_sqlite
+    from llm_accounts.ledger import sqlite as ledger_sqlite
     from llm_accounts.errors import AccountsError
     from llm_accounts.ledger import Complete, Ledger, Scope
 
@@ -396,7 +396,7 @@ def rotated(items, by):
 
 
 def reader_main(ledger_path, journal, ready, stop_at, out):
-    from llm_accounts import ledger_sqlite
+    from llm_accounts.ledger import sqlite as ledger_sqlite
     from llm_accounts.ledger import Ledger
 
     ledger_sqlite.JOURNAL_MODE = journal

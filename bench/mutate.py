@@ -62,8 +62,10 @@ TARGETS = {
                   ("fits", "within_warm_bound", "compare_utilization", "compare", "order", "budget_refusal", "verdict",
                    "_no_room", "spent_nusd", "_limits", "_no_token_room", "fits_spent", "ahead"),
                   ("tests/test_selection.py", "tests/test_ledger.py")),
-    "ledger": ("llm_accounts/ledger.py", ("_reserve", "_verdict", "_select", "_admit", "_settle"),
-               ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
+    "admission": ("llm_accounts/ledger/admission.py", ("reserve", "account_verdict", "select", "admit"),
+                  ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
+    "settlement": ("llm_accounts/ledger/settlement.py", ("settle",),
+                   ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
 }
 
 WIDER = {
@@ -76,8 +78,10 @@ WIDER = {
                   "tests/test_waiting_for_room.py"),
     "clock": ("tests/test_rule_guards.py",),
     "scrub": ("tests/test_properties.py", "tests/test_stream_scrub_tools.py"),
-    "ledger": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
-               "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
+    "admission": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
+                  "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
+    "settlement": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
+                   "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
 }
 
 CLOSED_SETS = [

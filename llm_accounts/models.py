@@ -17,7 +17,7 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, cost, payload, room, scrub, transport, wire
+from . import classify, cost, counting, payload, room, scrub, transport, wire
 from .capabilities import for_model
 from .errors import AccountsError
 from .events import StreamReader, message_events
@@ -235,8 +235,8 @@ def set_usage(response, usage, spent=None):
     }
     if isinstance(details.get("cache_creation"), dict) and not any(details["cache_creation"].values()):
         del details["cache_creation"]
-    if details.get("inference_geo") == "not_available":
-        del details["inference_geo"]
+    if details.get("inference_geo") in ("not_available", "global"):
+        del details["inference_geo"]  # the standard routing, like service_tier "standard"
     details.update(cost.usage_details(spent))
     response.set_usage(
         input=_count_or_none(usage.get("input_tokens")),
@@ -381,6 +381,18 @@ class _End:
 
 
 class RoutedClaude(_Shared, llm.KeyModel):
+    def count_tokens(self, prompt=None, *, conversation=None, **kwargs):
+        """The input tokens this prompt would send, counted by the provider for nothing, as
+        llm-anthropic's ``model.count_tokens()``: the arguments of ``model.prompt()`` (or, with
+        ``conversation``, of its next prompt). No reservation (docs/architecture.md "Token counting")."""
+        built = (conversation or self).prompt(prompt, **kwargs)
+        error = None
+        try:
+            return counting.count_sync(self, built.prompt, kwargs.get("key")).tokens
+        except AccountsError as failure:
+            error = failure
+        raise routed_error(error)
+
     def execute(self, prompt, stream, response, conversation, key):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)
@@ -511,6 +523,16 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
 
 class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
+    async def count_tokens(self, prompt=None, *, conversation=None, **kwargs):
+        """``RoutedClaude.count_tokens``, awaited."""
+        built = (conversation or self).prompt(prompt, **kwargs)
+        error = None
+        try:
+            return (await counting.count_async(self, built.prompt, kwargs.get("key"))).tokens
+        except AccountsError as failure:
+            error = failure
+        raise routed_error(error)
+
     async def execute(self, prompt, stream, response, conversation, key):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)

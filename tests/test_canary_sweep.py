@@ -90,7 +90,10 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
     assert run("-m", MODEL, "-o", "retries", "1", "After a 429").exit_code == 0
     server.set_behaviour("canary", "ok", script=["refusal"])
     assert run("-m", MODEL, "Declined").exit_code == 1
-    server.set_behaviour("canary", "ok", script=["echo_key"])
+    # A reply quoting the key in a gzip-encoded stream: scrubbed once decoded.
+    server.set_behaviour("canary", "ok", script=["echo_key"], shapes=["gzip", "set_cookie"])
+    assert run("-m", MODEL, "Quote it gzipped").exit_code == 0
+    server.set_behaviour("canary", "ok", script=["echo_key"], shapes=[])
 
     async def stream():
         return "".join([chunk async for chunk in llm.get_async_model(MODEL).prompt("Quote it async")])
@@ -109,6 +112,7 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         ("accounts", "spend", "--by", "model", "--json"),
         ("accounts", "spend", "--by", "conversation", "--csv"),
         ("accounts", "ladder", "--json"),
+        ("accounts", "count", "-m", MODEL, "-s", "Be brief", "Count me", "--json"),
         ("accounts", "refresh-models", "--json"),
         ("accounts", "reconcile", "--from-provider"),
         ("accounts", "reconcile", "--from-provider", "--json"),

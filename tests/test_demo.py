@@ -20,12 +20,18 @@ NO_LLM_PATH = os.pathsep.join(
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """The demo's output, and the directory it was started in."""
+    """The demo's output, and the directory it was started in.
+
+    One run serves every test: with --keep its output is the plain demo's plus what it kept (the
+    demo takes a dozen real llm processes, CI's slowest file)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", NO_LLM_PATH)
-        result = CliRunner().invoke(cli, ["accounts", "demo"], catch_exceptions=False)
+        result = CliRunner().invoke(cli, ["accounts", "demo", "--keep"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return result.output, os.getcwd()
+    kept = re.search(r"^Kept (\S+)\. To look around:", result.output, re.M)
+    yield result.output, os.getcwd()
+    if kept:
+        shutil.rmtree(kept.group(1), ignore_errors=True)
 
 
 @pytest.fixture
@@ -171,31 +177,29 @@ def test_scripts_demo_runs_the_demo_where_it_was_started(checkout, tmp_path):
     assert log.read_text().splitlines()[-1] == str(tmp_path)
 
 
-def test_kept_demo_accounts_can_be_prompted_again_as_printed(tmp_path):
+def test_kept_demo_accounts_can_be_prompted_again_as_printed(demo_run):
     """--keep says how to serve the demo's own keys again: a plain stand-in makes other keys, and
     their 401 would block the demo accounts."""
-    result = CliRunner().invoke(cli, ["accounts", "demo", "--keep"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    kept = re.search(r"^Kept (\S+)\. To look around:", result.output, re.M).group(1)
+    output, started_in = demo_run  # the printed commands are relative to where the demo ran
+    assert re.search(r"^Kept (\S+)\. To look around:", output, re.M)
+    lines = [line.strip() for line in output.split("To look around:")[1].splitlines() if line.startswith("  ")]
+    look, _, serve, point, prompt = lines
+    with socket.socket() as probe:  # the printed port may be taken on a shared machine
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    serve, point = (line.replace(":8765", f":{port}").replace("--port 8765", f"--port {port}") for line in (serve, point))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_", "LLM_USER"))}
+    server = subprocess.Popen(
+        ["bash", "-c", "exec " + serve], env=env, cwd=started_in, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        lines = [line.strip() for line in result.output.split("To look around:")[1].splitlines() if line.startswith("  ")]
-        look, _, serve, point, prompt = lines
-        with socket.socket() as probe:  # the printed port may be taken on a shared machine
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        serve, point = (line.replace(":8765", f":{port}").replace("--port 8765", f"--port {port}") for line in (serve, point))
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "LLM_ACCOUNTS_", "LLM_USER"))}
-        server = subprocess.Popen(["bash", "-c", "exec " + serve], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            assert server.stdout.readline().strip() == f"http://127.0.0.1:{port}"
-            again = subprocess.run(
-                ["bash", "-e", "-c", "\n".join((look, point, prompt))],
-                env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-            )
-        finally:
-            server.terminate()
-            server.wait(timeout=10)
-        assert again.returncode == 0, again.stderr
-        assert "Stand-in reply to: Hello again" in again.stdout
+        assert server.stdout.readline().strip() == f"http://127.0.0.1:{port}"
+        again = subprocess.run(
+            ["bash", "-e", "-c", "\n".join((look, point, prompt))],
+            env=env, cwd=started_in, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+        )
     finally:
-        shutil.rmtree(kept, ignore_errors=True)
+        server.terminate()
+        server.wait(timeout=10)
+    assert again.returncode == 0, again.stderr
+    assert "Stand-in reply to: Hello again" in again.stdout

@@ -48,7 +48,7 @@ def test_a_postgresql_ledger_without_psycopg_says_how_to_install_it(monkeypatch)
     from llm_accounts.ledger import Ledger
 
     monkeypatch.setitem(sys.modules, "psycopg", None)  # import psycopg raises ImportError
-    monkeypatch.delitem(sys.modules, "llm_accounts.ledger_pg", raising=False)
+    monkeypatch.delitem(sys.modules, "llm_accounts.ledger.postgres", raising=False)
     try:
         Ledger("postgresql://ledger@127.0.0.1:1/llm_accounts")
     except AccountsError as error:

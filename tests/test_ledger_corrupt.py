@@ -170,12 +170,12 @@ def test_ledgers_opened_at_once_on_a_missing_path_all_open(declared):
 
 
 def test_without_hard_links_a_missing_ledger_is_still_created_in_place(declared, monkeypatch):
-    from llm_accounts import ledger as ledger_module
+    from llm_accounts.ledger import sqlite as sqlite_backend  # where a missing ledger is linked into place
 
     def no_links(source, target):
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(ledger_module.os, "link", no_links)
+    monkeypatch.setattr(sqlite_backend.os, "link", no_links)
     with Ledger(declared) as ledger:
         assert ledger.attempts() == []
     assert declared.read_bytes().startswith(SQLITE_MAGIC)

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
-from llm_accounts import ledger as ledger_module
-from llm_accounts import ledger_pg
+from llm_accounts import clock, ledger as ledger_module
+from llm_accounts.ledger import postgres
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
@@ -97,7 +97,7 @@ print(sorted(name for name in sys.modules if "psycopg" in name))
 
 
 def test_a_url_is_shown_with_its_password_masked():
-    assert ledger_pg.mask("postgresql://app:s3cr3t-pw@db.example:5432/ledger?sslmode=require&password=other") == (
+    assert postgres.mask("postgresql://app:s3cr3t-pw@db.example:5432/ledger?sslmode=require&password=other") == (
         "postgresql://app:***@db.example:5432/ledger?sslmode=require"  # libpq keeps the last password
     )
 
@@ -237,7 +237,7 @@ def test_a_write_lock_held_past_the_bound_is_ledger_busy_and_nothing_is_admitted
     schema_name = pg_url.rsplit("%3D", 1)[1]
     with raw(pg_url) as holder:
         holder.execute("BEGIN")
-        holder.execute("SELECT pg_advisory_xact_lock(%s)", (ledger_pg.lock_key(schema_name),))
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (postgres.lock_key(schema_name),))
         with pytest.raises(AccountsError) as caught:
             ledger.reserve(conv("c1"), "a1", quote(100), [work], now=T0)
         assert caught.value.code == "ledger_busy" and "nothing was sent" in str(caught.value)
@@ -319,7 +319,7 @@ def test_llm_accounts_export_then_datasette_shows_the_spend_status_shows(pg_url,
     monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps([
         {"name": "work", "key_env": "WORK_KEY", "budget_usd": "1"}, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "2"}
     ]))
-    now = ledger_module.clock.now()
+    now = clock.now()
     with Ledger(pg_url) as ledger:
         for i in range(4):
             ledger.reserve(conv(f"c{i}"), f"a{i}", quote(10_000_000), [work, home], now=now)

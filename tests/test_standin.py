@@ -1086,3 +1086,71 @@ def test_the_standin_help_example_is_the_printed_suggestion():
     add, prompt = suggestion("http://127.0.0.1:8765")
     assert add in " ".join(help_text.split())
     assert prompt in help_text
+
+
+def test_count_tokens_refuses_the_fields_only_a_message_takes(server, keys):
+    for name, value in (("max_tokens", 256), ("stream", False), ("stop_sequences", ["x"]), ("metadata", {"user_id": "u"})):
+        body = {"model": "claude-sonnet-4-5", "messages": [{"role": "user", "content": "Hi"}], name: value}
+        assert_error(post(server, keys["a"], body, path="/v1/messages/count_tokens"), 400, "invalid_request_error",
+                     f"{name}: Extra inputs are not permitted")
+
+
+# Answer shapes (config.SHAPES): the bytes a key with a shape sends.
+
+
+def raw_exchange(server, key, body, path="/v1/messages"):
+    """Status, headers and the body's bytes as sent (before any content decoding)."""
+    with client.stream("POST", server.base_url + path, headers={**headers(key), "accept-encoding": "gzip"},
+                       json=body, timeout=10) as response:
+        return response.status_code, response.headers, b"".join(response.iter_raw())
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_gzip_shape_encodes_the_body_for_a_client_that_accepts_it(server, keys, streamed):
+    import gzip
+
+    server.set_behaviour("a", "ok", shapes=["gzip"])
+    status, sent, raw = raw_exchange(server, keys["a"], request(stream=streamed))
+    assert (status, sent["content-encoding"]) == (200, "gzip")
+    decoded = gzip.decompress(raw).decode("utf-8")
+    if streamed:
+        assert text_of(parse_sse(decoded)) == "Stand-in reply to: Hello there"
+    else:
+        assert json.loads(decoded)["content"][0]["text"] == "Stand-in reply to: Hello there"
+
+
+def test_a_gzip_shape_sends_plain_bytes_to_a_client_that_does_not_accept_it(server, keys):
+    server.set_behaviour("a", "ok", shapes=["gzip"])
+    response = client.post(server.base_url + "/v1/messages", headers={**headers(keys["a"]), "accept-encoding": "identity"},
+                           json=request(), timeout=10)
+    assert "content-encoding" not in response.headers and response.json()["type"] == "message"
+
+
+def test_shapes_add_null_stop_details_a_caller_and_parallel_tool_calls(server, keys):
+    server.set_behaviour("a", "ok", shapes=["stop_details_null", "caller", "parallel_tools"])
+    clock_tool = {**TIME, "name": "clock"}
+    message = post(server, keys["a"], request(tools=[TIME, clock_tool])).json()
+    assert message["stop_details"] is None
+    uses = [block for block in message["content"] if block["type"] == "tool_use"]
+    assert [block["name"] for block in uses] == [TIME["name"], "clock"]
+    assert all(block["caller"] == {"type": "direct"} for block in uses)
+
+
+def test_a_text_before_thinking_shape_puts_text_first(server, keys):
+    server.set_behaviour("a", "ok", shapes=["text_before_thinking"])
+    body = request(max_tokens=4096, thinking={"type": "enabled", "budget_tokens": 1024})
+    kinds = [block["type"] for block in post(server, keys["a"], body).json()["content"]]
+    assert kinds == ["text", "thinking", "text"]
+
+
+def test_inference_geo_retry_after_and_cookies_are_sent_on_a_200(server, keys):
+    server.set_behaviour("a", "ok", shapes=["retry_after_200", "set_cookie"], inference_geo="global")
+    response = post(server, keys["a"], request())
+    assert response.status_code == 200 and response.headers["retry-after"] == "30"
+    assert "standin_session=" in response.headers["set-cookie"]
+    assert response.json()["usage"]["inference_geo"] == "global"
+
+
+def test_an_unknown_shape_is_refused_naming_the_field(keys):
+    with pytest.raises(ConfigError, match=r"keys\[0\]\.shapes: must be a list of shapes"):
+        validate_config({"keys": [{"label": "a", "key": keys["a"], "shapes": ["brotli"]}]})

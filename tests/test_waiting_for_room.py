@@ -16,7 +16,7 @@ from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Scope, Unknown
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
-from llm_accounts.selection import Held
+from llm_accounts.selection import Held, held_summary
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
@@ -126,7 +126,7 @@ def test_room_that_frees_goes_to_the_earliest_waiter_not_to_a_newcomer(ledger, w
     ledger.settle("a1", NotSent(), now=T0)
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(3 * NANO // 4), [work], now=T0))
     assert error.held == (Held("work", 0, 0, 0, NANO // 2, 1),)
-    assert "behind 1 earlier waiting prompt" in str(ledger_module.selection.held_summary(error.held))
+    assert "behind 1 earlier waiting prompt" in str(held_summary(error.held))
     assert ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], waiter="w1", now=T0).account == "work"
 
 

@@ -8,7 +8,7 @@ Config (``load_config(path)`` / ``validate_config(dict)``)::
 
     {"keys": [{"label": "a", "key": "...", "organization": "org-a", "behaviour": "ok",
                "script": ["rate_limited", "ok"], "delay": 0.0, "min_cache_tokens": 1024,
-               "retry_after": 1}],
+               "retry_after": 1, "shapes": ["gzip"], "inference_geo": "global"}],
      "min_cache_tokens": 1024}
 
 Only ``label`` and ``key`` are required. ``organization`` defaults to ``org-<label>``; keys that
@@ -35,6 +35,13 @@ GET /v1/models under a standing echo_key lists the key itself, and an id quoting
 page.
 GET /v1/models and count_tokens follow the key's standing behaviour when it is unauthorized,
 forbidden, rate_limited, overloaded, api_error, slow or drop; scripts never apply to them.
+count_tokens refuses the fields only a message takes (max_tokens, stream, sampling, stop
+sequences, metadata) as extra inputs, as the API does.
+
+A key's ``shapes`` (``config.SHAPES``) add what real answers carry, whatever its behaviour: gzip,
+stop_details_null, caller, parallel_tools, text_before_thinking, retry_after_200, set_cookie; its
+``inference_geo`` (not_available, global or us) is what its usage reports. Both may be set in the
+config and by ``set_behaviour``.
 
 ``StandIn.requests`` logs every request, oldest first, as a dict: method, path, label (None when no
 key matched), auth ("x-api-key" | "bearer" | None), model, stream, status (0: closed without a

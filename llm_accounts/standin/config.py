@@ -35,14 +35,27 @@ BEHAVIOURS = (
     "refusal",
 )
 
-KEY_FIELDS = ("label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id")
+KEY_FIELDS = (
+    "label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id",
+    "shapes", "inference_geo",
+)
 TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay")
 ADMIN_KEY_FIELDS = ("key", "organization")
 # The id shape the Admin API gives API keys ("apikey_" then base62).
 API_KEY_ID = re.compile(r"apikey_[A-Za-z0-9]{1,64}")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,39}")
 # Fields set_behaviour() may change at run time.
-RUNTIME_FIELDS = ("script", "delay", "min_cache_tokens", "retry_after")
+RUNTIME_FIELDS = ("script", "delay", "min_cache_tokens", "retry_after", "shapes", "inference_geo")
+# Shapes real answers carry that a key's answers take on when listed in its ``shapes`` (they
+# combine with any behaviour): gzip (a gzip-encoded body or stream, to a client that accepts it),
+# stop_details_null (``stop_details: null`` in messages and message_delta), caller (a ``caller``
+# on tool_use blocks), parallel_tools (a tool_use block per tool, at least two, in one answer),
+# text_before_thinking (a text block before the thinking block), retry_after_200 (a
+# ``retry-after`` header on a 200), set_cookie (a ``set-cookie`` header on every answer).
+SHAPES = (
+    "gzip", "stop_details_null", "caller", "parallel_tools", "text_before_thinking", "retry_after_200", "set_cookie",
+)
+INFERENCE_GEOS = ("not_available", "global", "us")
 
 
 class ConfigError(ValueError):
@@ -121,6 +134,8 @@ def validate_config(data):
                 "min_cache_tokens": default_minimum if minimum is None else minimum,
                 "retry_after": settings["retry_after"],
                 "api_key_id": api_key_id,
+                "shapes": settings["shapes"],
+                "inference_geo": settings["inference_geo"],
             }
         )
     admin_keys = _admin_keys(data.get("admin_keys", []), secrets)
@@ -181,11 +196,19 @@ def check_settings(entry, where):
     retry_after = entry.get("retry_after", 1)
     if isinstance(retry_after, bool) or not isinstance(retry_after, int) or retry_after < 0:
         raise ConfigError(f"{where}.retry_after: must be an integer number of seconds >= 0")
+    shapes = entry.get("shapes", [])
+    if not isinstance(shapes, list) or any(shape not in SHAPES for shape in shapes):
+        raise ConfigError(f"{where}.shapes: must be a list of shapes, each one of {', '.join(SHAPES)}")
+    inference_geo = entry.get("inference_geo", "not_available")
+    if inference_geo not in INFERENCE_GEOS:
+        raise ConfigError(f"{where}.inference_geo: must be one of {', '.join(INFERENCE_GEOS)}")
     return {
         "script": list(script),
         "delay": float(delay),
         "min_cache_tokens": _optional_int(entry, "min_cache_tokens", f"{where}.min_cache_tokens"),
         "retry_after": retry_after,
+        "shapes": list(dict.fromkeys(shapes)),
+        "inference_geo": inference_geo,
     }
 
 

@@ -11,6 +11,11 @@ max_tokens) and the earliest ``stop_sequences`` match ends the text (stop_reason
 - a ``tool_result`` last: text ``The tool returned: <its text>``;
 - ``thinking`` enabled (or adaptive): a thinking block (thinking_delta..., signature_delta) first;
 - echo_key: the text quotes the request's key (a test of stream key scrubbing).
+
+A key's ``shapes`` (config.SHAPES) add what real answers carry: ``caller`` puts
+``"caller": {"type": "direct"}`` on tool_use blocks; ``parallel_tools`` answers with a tool_use
+block per tool (the one tool twice when there is only one); ``text_before_thinking`` puts a short
+text block before the thinking block.
 """
 
 import base64
@@ -40,6 +45,14 @@ class Reply:
     stop_sequence: object
     output_tokens: int
     stop_details: object = None
+
+
+def _text_block(text):
+    return Block(
+        {"type": "text", "text": text},
+        {"type": "text", "text": ""},
+        [{"type": "text_delta", "text": part} for part in pieces(text)],
+    )
 
 
 def pieces(text, sizes=PIECE_SIZES):
@@ -141,9 +154,13 @@ REFUSAL_DETAILS = {
 }
 
 
-def plan_reply(body, new_id, echo=None, refuse=False):
+LEAD_IN = "Let me think about this."
+
+
+def plan_reply(body, new_id, echo=None, refuse=False, shapes=()):
     """Plan the reply to a validated Messages request. ``echo`` is the key, for echo_key only;
-    ``refuse`` answers as a safety classifier that declines: no content, ``stop_reason: refusal``."""
+    ``refuse`` answers as a safety classifier that declines: no content, ``stop_reason: refusal``;
+    ``shapes`` are the key's answer shapes (module docstring)."""
     if refuse:
         return Reply([], "refusal", None, 1, dict(REFUSAL_DETAILS))
     messages = body["messages"]
@@ -173,6 +190,11 @@ def plan_reply(body, new_id, echo=None, refuse=False):
     blocks, used = [], 0
     stop_reason, stop_sequence = "end_turn", None
 
+    if thinking.get("type") in ("enabled", "adaptive") and budget > 0 and "text_before_thinking" in shapes:
+        if text_tokens(LEAD_IN) <= budget:
+            used += text_tokens(LEAD_IN)
+            blocks.append(_text_block(LEAD_IN))
+
     if thinking.get("type") in ("enabled", "adaptive") and budget > 0:
         thought = f"The request asks about: {user_text[:80] or '(no text)'}. A short, direct answer fits."
         if text_tokens(thought) > budget:
@@ -199,19 +221,18 @@ def plan_reply(body, new_id, echo=None, refuse=False):
         elif stop is not None:
             stop_reason, stop_sequence = "stop_sequence", stop[1]
         used += text_tokens(text)
-        blocks.append(
-            Block(
-                {"type": "text", "text": text},
-                {"type": "text", "text": ""},
-                [{"type": "text_delta", "text": part} for part in pieces(text)],
-            )
-        )
+        blocks.append(_text_block(text))
 
-    if tool is not None and stop_reason == "end_turn":
-        arguments = example_value(tool.get("input_schema") or {})
+    called = [tool] if tool is not None else []
+    if tool is not None and "parallel_tools" in shapes and choice.get("type") != "tool":
+        called = tools if len(tools) > 1 else [tool, tool]
+    for each in called:
+        if stop_reason not in ("end_turn", "tool_use"):
+            break
+        arguments = example_value(each.get("input_schema") or {})
         if not isinstance(arguments, dict):
             arguments = {}
-        cost = json_tokens({"name": tool["name"], "input": arguments})
+        cost = json_tokens({"name": each["name"], "input": arguments})
         if cost > budget - used:
             stop_reason = "max_tokens"
         else:
@@ -219,10 +240,11 @@ def plan_reply(body, new_id, echo=None, refuse=False):
             stop_reason = "tool_use"
             ident = new_id("toolu")
             encoded = json.dumps(arguments, ensure_ascii=False)
+            caller = {"caller": {"type": "direct"}} if "caller" in shapes else {}
             blocks.append(
                 Block(
-                    {"type": "tool_use", "id": ident, "name": tool["name"], "input": arguments},
-                    {"type": "tool_use", "id": ident, "name": tool["name"], "input": {}},
+                    {"type": "tool_use", "id": ident, "name": each["name"], **caller, "input": arguments},
+                    {"type": "tool_use", "id": ident, "name": each["name"], **caller, "input": {}},
                     [{"type": "input_json_delta", "partial_json": part} for part in ["", *pieces(encoded)]],
                 )
             )

@@ -9,6 +9,7 @@ A key is only ever compared, and quoted back by the echo_key behaviour (that is 
 The request log holds labels, never keys: x-api-key and Authorization are dropped from it.
 """
 
+import gzip
 import hashlib
 import http.server
 import ipaddress
@@ -18,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+import zlib
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -36,6 +38,8 @@ ACCOUNT_WIDE = frozenset({"unauthorized", "forbidden", "rate_limited", "overload
 MAX_BODY_BYTES = 32 * 1024 * 1024  # section 4.1: Messages and Token Counting
 STREAM_CUT_AFTER = 2  # deltas sent before stream_error and drop break the stream
 REASONS = {529: "Overloaded"}
+# Messages fields count_tokens refuses as extra inputs (it counts a request, it does not run one).
+NOT_COUNTED = ("max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences", "metadata")
 ADMIN_PATHS = frozenset(
     {"/v1/organizations/usage_report/messages", "/v1/organizations/cost_report", "/v1/organizations/api_keys"}
 )
@@ -63,6 +67,8 @@ class _Key:
     min_cache_tokens: object
     retry_after: int
     api_key_id: str
+    shapes: list = field(default_factory=list)
+    inference_geo: str = "not_available"
 
 
 def _handle_error(server, request, client_address):
@@ -142,7 +148,8 @@ class StandIn:
         self.stop()
 
     def set_behaviour(self, label, behaviour, **params):
-        """Change a key's behaviour now. Its script is replaced by ``script`` (default: emptied)."""
+        """Change a key's behaviour now. Its script is replaced by ``script`` (default: emptied);
+        its ``shapes`` and ``inference_geo`` stay as they are unless given."""
         state = self._labels.get(label)
         if state is None:
             raise ConfigError("label: no key has this label")
@@ -150,7 +157,10 @@ class StandIn:
         unknown = sorted(set(params) - set(RUNTIME_FIELDS))
         if unknown:
             raise ConfigError(f"set_behaviour: unknown parameter; allowed: {', '.join(RUNTIME_FIELDS)}")
-        current = {"delay": state.delay, "retry_after": state.retry_after, "min_cache_tokens": state.min_cache_tokens}
+        current = {
+            "delay": state.delay, "retry_after": state.retry_after, "min_cache_tokens": state.min_cache_tokens,
+            "shapes": state.shapes, "inference_geo": state.inference_geo,
+        }
         settings = check_settings({**current, **params}, "set_behaviour")
         with self._lock:
             state.behaviour = behaviour
@@ -447,11 +457,12 @@ class _Exchange:
             self.standin._new_id,
             echo=self.presented if behaviour == "echo_key" else None,
             refuse=behaviour == "refusal",
+            shapes=self.key.shapes,
         )
         message_id = self.standin._new_id("msg")
         # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
         self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
-        self.entry["usage"] = wire.usage(plan, reply.output_tokens)
+        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo)
         delay = self.key.delay if behaviour == "slow" else 0.0
         if delay:
             self.standin._stopping.wait(delay)
@@ -462,13 +473,17 @@ class _Exchange:
         else:
             content = [block.final for block in reply.blocks]
             self._send_json(200, wire.message(model.id, message_id, content, reply.stop_reason, reply.stop_sequence,
-                                              self.entry["usage"], reply.stop_details), total_input=total)
+                                              self.entry["usage"], reply.stop_details, self._shape("stop_details_null")),
+                            total_input=total)
 
     def _count_tokens(self, raw):
         body = self._json_body(raw)
         if not self._standing_behaviour():
             return
         validate(body, messages=False, version=self.version)
+        for name in NOT_COUNTED:
+            if name in body:
+                raise bad(f"{name}: Extra inputs are not permitted")
         self._send_json(200, {"input_tokens": sum(unit.tokens for unit in prompt_units(body))})
 
     def _list_models(self, raw):
@@ -531,6 +546,13 @@ class _Exchange:
 
     # Response.
 
+    def _shape(self, name):
+        """Whether the key's answers take on ``name`` (config.SHAPES)."""
+        return self.key is not None and name in self.key.shapes
+
+    def _gzip(self):
+        return self._shape("gzip") and "gzip" in self.headers.get("accept-encoding", "").lower()
+
     def _start(self, status, headers, total_input=0):
         handler = self.handler
         self.entry["status"] = status
@@ -538,6 +560,11 @@ class _Exchange:
         handler.send_response(status, REASONS.get(status))
         for name, value in headers.items():
             handler.send_header(name, value)
+        if status == 200 and self._shape("retry_after_200"):
+            handler.send_header("retry-after", "30")  # on a success it asks nothing of the client
+        if self._shape("set_cookie"):
+            handler.send_header("set-cookie", f"standin_session={self.request_id}; Path=/; HttpOnly")
+            handler.send_header("set-cookie", "__cf_bm=standin; Domain=127.0.0.1; Path=/; Secure")
         handler.send_header("request-id", self.request_id)
         if self.key is not None:
             handler.send_header("anthropic-organization-id", self.key.organization)
@@ -550,9 +577,12 @@ class _Exchange:
 
     def _send_json(self, status, payload, headers=None, total_input=0):
         data = wire.dumps(payload).encode("utf-8")
+        encoding = {}
+        if self._gzip():
+            data, encoding = gzip.compress(data), {"content-encoding": "gzip"}
         self._start(
             status,
-            {"content-type": "application/json", "content-length": str(len(data)), **(headers or {})},
+            {"content-type": "application/json", "content-length": str(len(data)), **encoding, **(headers or {})},
             total_input,
         )
         self.handler.wfile.write(data)
@@ -560,21 +590,36 @@ class _Exchange:
     def _stream(self, model, message_id, reply, plan, behaviour, delay, total_input):
         cut = STREAM_CUT_AFTER if behaviour in wire.STREAM_ERRORS or behaviour == "drop" else None
         self.entry["dropped"] = behaviour == "drop"  # set before the entry is logged
-        events = wire.encode_events(wire.stream_events(model.id, message_id, reply, plan, stop_after=cut))
+        events = wire.encode_events(wire.stream_events(
+            model.id, message_id, reply, plan, stop_after=cut, null_details=self._shape("stop_details_null"),
+            inference_geo=self.key.inference_geo,
+        ))
+        # gzip: one deflate stream over the whole body, flushed after each event so every event
+        # arrives when it is sent, as a compressing proxy in front of the API sends it.
+        compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if self._gzip() else None
         self._start(200, {
             "content-type": "text/event-stream; charset=utf-8",
             "cache-control": "no-cache",
             "transfer-encoding": "chunked",
+            **({"content-encoding": "gzip"} if compressor else {}),
         }, total_input)
         write = self.handler.wfile.write
+
+        def put(data, last=False):
+            if compressor is not None:
+                data = compressor.compress(data) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+            if data:
+                write(b"%x\r\n%s\r\n" % (len(data), data))
+
         for position, event in enumerate(events):
             if position and delay and self.standin._stopping.wait(delay):
                 break
-            write(b"%x\r\n%s\r\n" % (len(event), event))
+            put(event)
         if behaviour == "drop":
             self._drop()
             return
         if behaviour in wire.STREAM_ERRORS:
-            error = wire.stream_error_event(behaviour)
-            write(b"%x\r\n%s\r\n" % (len(error), error))
+            put(wire.stream_error_event(behaviour))
+        if compressor is not None:
+            put(b"", last=True)
         write(b"0\r\n\r\n")

@@ -128,8 +128,9 @@ def ratelimit_headers(now, *, limited=False, retry_after=1, input_tokens=0):
     }
 
 
-def usage(plan, output_tokens):
-    """A message's full usage object (section 2.1), in the recorded key order."""
+def usage(plan, output_tokens, inference_geo="not_available"):
+    """A message's full usage object (section 2.1), in the recorded key order. ``inference_geo``
+    is what the key reports (``global`` on the Claude 4.6+ models; ``not_available`` before)."""
     return {
         "input_tokens": plan.input_tokens,
         "cache_creation_input_tokens": plan.cache_creation_input_tokens,
@@ -140,7 +141,7 @@ def usage(plan, output_tokens):
         },
         "output_tokens": output_tokens,
         "service_tier": "standard",
-        "inference_geo": "not_available",
+        "inference_geo": inference_geo,
     }
 
 
@@ -154,7 +155,9 @@ def delta_usage(plan, output_tokens):
     }
 
 
-def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None):
+def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None, null_details=False):
+    """A Messages answer; ``null_details`` sends ``stop_details: null`` when there are none, as
+    2026 answers do (section 2.1)."""
     out = {
         "model": model_id,
         "id": message_id,
@@ -165,7 +168,7 @@ def message(model_id, message_id, content, stop_reason, stop_sequence, usage_obj
         "stop_sequence": stop_sequence,
         "usage": usage_object,
     }
-    if stop_details is not None:
+    if stop_details is not None or null_details:
         out["stop_details"] = stop_details
     return out
 
@@ -199,7 +202,7 @@ def stream_error_event(behaviour):
     return sse("error", error_body(error_type, message))
 
 
-def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
+def stream_events(model_id, message_id, reply, plan, *, stop_after=None, null_details=False, inference_geo="not_available"):
     """The SSE event sequence of a reply as ``(name, data)`` pairs.
 
     message_start -> per block: content_block_start, (ping after the first), deltas, content_block_stop
@@ -208,7 +211,7 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
     """
     events = [
         ("message_start", {"type": "message_start", "message": message(
-            model_id, message_id, [], None, None, usage(plan, 1))}),
+            model_id, message_id, [], None, None, usage(plan, 1, inference_geo), null_details=null_details)}),
     ]
     sent = 0
     for index, block in enumerate(reply.blocks):
@@ -227,7 +230,7 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None):
     events.append(("message_delta", {
         "type": "message_delta",
         "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence,
-                  **({"stop_details": reply.stop_details} if reply.stop_details is not None else {})},
+                  **({"stop_details": reply.stop_details} if reply.stop_details is not None or null_details else {})},
         "usage": delta_usage(plan, reply.output_tokens),
     }))
     events.append(("message_stop", {"type": "message_stop"}))

@@ -1,8 +1,8 @@
 """The PostgreSQL backend of the ledger: connecting, locking, dialect and schema creation.
 
 For machines sharing accounts (docs/architecture.md "Ledger on PostgreSQL"): every machine sets
-``LLM_ACCOUNTS_LEDGER`` to the same ``postgresql://`` URL. The rules are in
-``llm_accounts.ledger``, the same on both backends; this module only
+``LLM_ACCOUNTS_LEDGER`` to the same ``postgresql://`` URL. The rules are in the rule modules of
+this package (docs/architecture.md "The write path"), the same on both backends; this module only
 
 - connects with psycopg 3 (the ``postgres`` extra; nothing imports it for a SQLite ledger), with
   libpq's URL forms, so a password may come from ``PGPASSWORD``, ``~/.pgpass`` or a service file
@@ -48,9 +48,9 @@ from psycopg.adapt import Loader
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
-from . import schema
-from .paths import is_database_url, mask_url
-from .errors import AccountsError
+from .. import schema
+from ..paths import is_database_url, mask_url
+from ..errors import AccountsError
 
 META_TABLE = "ledger_meta"
 TABLE_NAMES = (*schema.TABLE_NAMES, META_TABLE)
@@ -498,12 +498,12 @@ class PostgresBackend:
 
     def export(self, conn, target):
         """Fill the new SQLite file ``target`` with the ledger's rows from one REPEATABLE READ READ
-        ONLY snapshot, in the SQLite schema (``llm_accounts.ledger_sqlite`` creates it). Attempts go
+        ONLY snapshot, in the SQLite schema (``llm_accounts.ledger.sqlite`` creates it). Attempts go
         in ``seq`` order, so the copy's rowids keep admission order; the totals tables are copied as
         PostgreSQL holds them (the copy's triggers would recompute them: their rows are replaced)."""
         import sqlite3
 
-        from .ledger_sqlite import SqliteBackend
+        from .sqlite import SqliteBackend
 
         copy = SqliteBackend(target, self._busy).connect_new(self._timeout)
         raw = conn.raw

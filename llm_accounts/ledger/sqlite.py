@@ -1,8 +1,8 @@
 """The SQLite backend of the ledger: connecting, locking, dialect and schema creation.
 
-The rules (admission, settlement, selection, health, warm prefixes) are in ``llm_accounts.ledger``
-and are the same on every backend; this module only opens the file and runs its transactions
-(docs/architecture.md "Ledger").
+The rules (admission, settlement, selection, health, warm prefixes) are in the rule modules of
+``llm_accounts.ledger`` (docs/architecture.md "The write path") and are the same on every
+backend; this module only opens the file and runs its transactions (docs/architecture.md "Ledger").
 
 Every write is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection (write-ahead
 log, ``synchronous=FULL``, foreign keys on): SQLite's file lock serializes writers across
@@ -19,8 +19,8 @@ import re
 import sqlite3
 import uuid
 
-from . import schema
-from .errors import AccountsError
+from .. import schema
+from ..errors import AccountsError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 # The journal every open puts the file in (docs/architecture.md "Ledger"): a file in a rollback
@@ -33,7 +33,7 @@ _INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w
 
 
 class SqliteBackend:
-    """One ledger file. ``busy`` makes the ``ledger_busy`` error (the ledger module words it)."""
+    """One ledger file. ``busy`` makes the ``ledger_busy`` error (``core.busy`` words it)."""
 
     kind = "sqlite"
     # Admission order: the rowid (the clock is read under the write lock, so it follows created_at).

@@ -1,0 +1,182 @@
+"""What the ledger knows about an account, read in one statement: the month totals, the
+adjustments, the account's health, this machine's host health and the requested model's cooldown,
+turned into the records the pure rules take (``selection.Facts``, ``health.Health``).
+
+Admission, settlement, corrections and reports all read through here, so the columns and their
+meaning are written once (docs/architecture.md "Ledger", "Failure classes and health"). Nothing
+here writes.
+"""
+
+from .. import clock, health, selection
+
+
+def _health_columns(alias):
+    """A health row's columns (``health`` or ``host_health``), named ``<alias>_...`` for ``health_from``."""
+    return ", ".join(
+        f"{alias}.{column} AS {alias}_{name}"
+        for column, name in (
+            ("state", "state"), ("failure_class", "class"), ("http_status", "status"), ("since", "since"),
+            ("last_failure_at", "last_failure_at"), ("last_success_at", "last_success_at"),
+            ("cooldown_until", "cooldown_until"), ("probe_attempt_id", "probe"), ("transport_failures", "transport"),
+        )
+    )
+
+
+def _probe_sql(alias, account, host=None):
+    """When the half-open probe of health row ``alias`` was admitted, or NULL: the newest attempt
+    on the account (from ``host``, for a host's row) admitted at or after the row's dwell ended and
+    not yet given an outcome (``health.probe_outstanding``). Nothing is written to admit a probe,
+    so a probe cycle writes its row once (docs/architecture.md "Failure classes and health").
+    Read only for a failing row."""
+    from_host = "" if host is None else f" AND p.host = {host}"
+    return f"""CASE WHEN {alias}.state = 'failing' THEN (SELECT MAX(p.created_at) FROM attempt p
+         WHERE p.state = 'open' AND p.outcome IS NULL AND p.provider = {account}.provider
+         AND p.account = {account}.name{from_host}
+         AND p.created_at >= COALESCE({alias}.cooldown_until, {alias}.last_failure_at)) END"""
+
+
+# One attempt with its account's block, month totals, adjustments, health and its host's health,
+# for settle and reconcile. Parameters: the attempt id, then this machine's host (for an attempt
+# admitted before attempts recorded theirs).
+ATTEMPT_SQL = f"""
+SELECT t.*, a.block_reason, m.settled_nusd AS m_settled, m.open_nusd AS m_open,
+       (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j WHERE j.provider = t.provider
+         AND j.account = t.account AND j.month_utc = t.month_utc) AS m_adjusted,
+       {_health_columns("h")}, {_health_columns("hh")}, COALESCE(t.host, ?2) AS attempt_host,
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
+FROM attempt t
+JOIN account a ON a.provider = t.provider AND a.name = t.account
+LEFT JOIN month m ON m.provider = t.provider AND m.name = t.account AND m.month_utc = t.month_utc
+LEFT JOIN health h ON h.provider = t.provider AND h.account = t.account
+LEFT JOIN host_health hh ON hh.provider = t.provider AND hh.account = t.account AND hh.host = COALESCE(t.host, ?2)
+LEFT JOIN model_health mh ON mh.provider = t.provider AND mh.account = t.account AND mh.model = t.requested_model
+WHERE t.id = ?1
+"""
+
+_FACTS_SQL = f"""
+SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
+       m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
+       m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
+       (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
+         WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
+       {_health_columns("h")}, {_probe_sql("h", "a")} AS h_probe_created_at,
+       {_health_columns("hh")}, {_probe_sql("hh", "a", ":host")} AS hh_probe_created_at,
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
+FROM account a
+LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
+LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
+LEFT JOIN host_health hh ON hh.provider = a.provider AND hh.account = a.name AND hh.host = :host
+LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
+WHERE a.provider = :provider
+"""
+
+
+def health_from(row, prefix="h_"):
+    if row[f"{prefix}state"] is None:
+        return None
+    return health.Health(
+        state=row[f"{prefix}state"],
+        failure_class=row[f"{prefix}class"],
+        http_status=row[f"{prefix}status"],
+        since=selection.parse_time(row[f"{prefix}since"]),
+        last_failure_at=selection.parse_time(row[f"{prefix}last_failure_at"]),
+        last_success_at=selection.parse_time(row[f"{prefix}last_success_at"]),
+        cooldown_until=selection.parse_time(row[f"{prefix}cooldown_until"]),
+        probe_attempt_id=row[f"{prefix}probe"],
+        transport_failures=row[f"{prefix}transport"] or 0,
+    )
+
+
+def iso(t):
+    return None if t is None else clock.isoformat(t)
+
+
+def model_health_from(row, model):
+    """The ``model_health`` columns of ``row`` (prefix ``mh_``) as a record, or ``None``."""
+    until = selection.parse_time(row["mh_cooldown_until"])
+    if until is None:
+        return None
+    return health.ModelHealth(
+        model=model,
+        since=selection.parse_time(row["mh_since"]),
+        last_failure_at=selection.parse_time(row["mh_last_failure_at"]),
+        cooldown_until=until,
+    )
+
+
+def _facts_from_row(row, now, full=True, model=None):
+    """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
+    healthy row: only a failing one gates."""
+    h = health_from(row) if full or row["h_state"] == "failing" else None
+    hh = health_from(row, "hh_") if full or row["hh_state"] == "failing" else None
+    return selection.Facts(
+        name=row["name"],
+        key_env=row["key_env"],
+        rank=row["rank"],
+        weight=row["weight"],
+        block_reason=row["block_reason"],
+        blocked_at=row["blocked_at"],
+        month_row=row["budget_nusd"] is not None,
+        budget_nusd=row["budget_nusd"],
+        daily_budget_nusd=row["daily_budget_nusd"],
+        month_key_env=row["month_key_env"],
+        settled_nusd=row["settled_nusd"] or 0,
+        open_nusd=row["open_nusd"] or 0,
+        day_utc=row["day_utc"],
+        day_settled_nusd=row["day_settled_nusd"] or 0,
+        day_open_nusd=row["day_open_nusd"] or 0,
+        adjusted_nusd=row["adjusted_nusd"],
+        removed_at=row["removed_at"],
+        record=h,
+        probe_taken=health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
+        host_record=hh,
+        host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
+        in_ledger=True,
+        model_record=None if model is None else model_health_from(row, model),
+    )
+
+
+def read_facts(conn, provider, month, now, host, full=True, model=None):
+    return {
+        row["name"]: _facts_from_row(row, now, full, model)
+        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host})
+    }
+
+
+def read_health(conn, provider, name):
+    row = conn.execute(
+        """SELECT state AS h_state, failure_class AS h_class, http_status AS h_status, since AS h_since,
+             last_failure_at AS h_last_failure_at, last_success_at AS h_last_success_at,
+             cooldown_until AS h_cooldown_until, probe_attempt_id AS h_probe, transport_failures AS h_transport
+           FROM health WHERE provider = ? AND account = ?""",
+        (provider, name),
+    ).fetchone()
+    return None if row is None else health_from(row)
+
+
+def day_totals(conn, provider, f, day):
+    if f.day_utc == day:
+        return f.day_settled_nusd, f.day_open_nusd
+    if f.day_utc is None or f.day_utc < day:
+        return 0, 0
+    # The clock went back within a month: that day's totals from the day table.
+    row = conn.execute(
+        "SELECT settled_nusd, open_nusd FROM day WHERE day_utc = ? AND provider = ? AND account = ?",
+        (day, provider, f.name),
+    ).fetchone()
+    return (row[0], row[1]) if row else (0, 0)
+
+
+def client_totals(conn, provider, account, month, client):
+    """Per-client caps (docs/architecture.md "Client caps"): ``(settled costs, open ceilings, settled
+    tokens, open token ceilings)`` of ``client``'s attempts on ``account`` in credit period
+    ``month``, read from its ``month_client`` row: the attempt triggers keep it in the statement
+    that writes an attempt, hence in that attempt's transaction, so admission reads one row
+    however long the client's history (summing the attempts grew with it: bench/client_caps.py).
+    Adjustments are account-wide and in dollars, so none count here."""
+    row = conn.execute(
+        """SELECT settled_nusd, open_nusd, tokens, open_tokens FROM month_client
+           WHERE month_utc = ? AND provider = ? AND account = ? AND client = ?""",
+        (month, provider, account, client),
+    ).fetchone()
+    return tuple(row) if row is not None else (0, 0, 0, 0)
