@@ -17,12 +17,13 @@ DEFAULT_MODEL_ENV = "LLM_ACCOUNTS_MODEL"
 
 @hookimpl
 def register_models(register):
+    from . import price_book
     from .models import DEFAULT_MODEL, model_pairs
-    from .pricing import current_revision
 
-    revision = current_revision()
+    # The shipped models and those of the user's own price revisions (docs/pricing.md).
+    book = price_book.current()
     default_model = os.environ.get(DEFAULT_MODEL_ENV) or DEFAULT_MODEL
-    for sync_model, async_model, aliases in model_pairs(revision, default_model):
+    for sync_model, async_model, aliases in model_pairs(book, default_model):
         register(sync_model, async_model, aliases=aliases)
 
 

@@ -6,7 +6,6 @@ cost"). Cache writes cost more than base input; that premium is the price of the
 already in the attempt's cost, so it is not netted here. Integer nanodollars, rounded down.
 """
 
-import functools
 import math
 
 from . import pricing
@@ -14,8 +13,9 @@ from .errors import AccountsError
 from .records import tokens
 
 
-@functools.lru_cache(maxsize=16)
 def _revision(revision_id):
+    # Not cached here: a shipped revision is cached by pricing, and a user's is read again when
+    # its file changes (user_prices), so a corrected or removed one is never priced from a copy.
     try:
         return pricing.load_revision(revision_id)
     except (AccountsError, ValueError, OSError):

@@ -63,3 +63,13 @@ BY_MODEL = {
 def for_model(model_id):
     """The capabilities of a canonical model id of the price revision."""
     return BY_MODEL.get(model_id, UNLISTED)
+
+
+def for_price(price):
+    """``for_model`` for a model of a price revision, its default ``max_tokens`` no larger than
+    the model's maximum output: a model llm-anthropic has no entry for (one only a user's price
+    revision lists, say) still takes a plain prompt (docs/pricing.md "Your own price revisions")."""
+    capabilities = for_model(price.id)
+    if capabilities.default_max_tokens > price.max_output:
+        return dataclasses.replace(capabilities, default_max_tokens=price.max_output)
+    return capabilities

@@ -23,7 +23,7 @@ import os
 
 import httpx
 
-from . import catalog, classify, payload, pricing, selection, transport
+from . import catalog, classify, payload, price_book, pricing, selection, transport
 from .errors import AccountsError
 from .retries import parse_retry_after
 from .scrub import run_detector
@@ -66,7 +66,8 @@ def prepare(model, prompt):
         messages_body, body = payload.freeze(built), payload.freeze(count_body(built))
     except UnicodeEncodeError:
         raise not_utf8("conversation") from None
-    return body, tuple(payload.beta_headers(built, model.capabilities)), pricing.quote(messages_body)
+    # Quoted by the revision that prices the model, shipped or the user's (docs/pricing.md "Which price wins").
+    return body, tuple(payload.beta_headers(built, model.capabilities)), pricing.quote(messages_body, price_book.current())
 
 
 def choose(verdicts, pinned=None):
@@ -101,8 +102,7 @@ def pick_account(declaration, quote, pinned=None, client=None):
     """Read the verdicts (one read-only transaction, nothing reserved) and choose."""
     from .ledger import Ledger
 
-    revision = pricing.current_revision()
-    accounts = catalog.effective_accounts(declaration.accounts, revision, catalog.load())
+    accounts = catalog.effective_accounts(declaration.accounts, price_book.current(), catalog.load())
     with Ledger() as ledger:
         _, verdicts = ledger.ladder(accounts, quote, client=client)
     chosen = choose(verdicts, pinned)

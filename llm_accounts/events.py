@@ -10,7 +10,6 @@ import json
 from llm.parts import StreamEvent
 
 from . import classify, payload, scrub, wire
-from .errors import AccountsError
 from .wire import Malformed, MessageAssembler, SSEDecoder
 
 
@@ -27,6 +26,15 @@ class Projector:
     holding it costs little. The block's id and name are matched like every other string, and
     the assembled block is replaced by its scrubbed copy, so the final message carries the same
     values the events did.
+
+    A server tool's call (``server_tool_use``) is shown as llm-anthropic shows it, a tool call
+    marked ``server_executed`` (llm does not run it). Its result block (``web_search_tool_result``
+    and the like) arrives whole in its ``content_block_start``: every string in it (titles, URLs,
+    ``encrypted_content``) is matched on its decoded value, the block replaced by that copy, and it
+    is shown as one ``tool_result`` event holding its JSON content. Citations on text
+    (``citations_delta``) are kept in the assembled message, which is scrubbed whole before it is
+    stored or logged (``scrub.scrub_json`` joins their ``cited_text``); they are not text events.
+    A block type this version does not know is read past the same way, shown as nothing.
     """
 
     CHANNEL_TYPES = {"text": "text", "reasoning": "reasoning"}
@@ -37,6 +45,7 @@ class Projector:
         self.index = None
         self.tool_call_id = None
         self.tool = None  # the open tool_use block's scrubbed id and name, until it stops
+        self.server_executed = False  # the open tool block is a server_tool_use
         self.schema_answer = False
 
     def events(self, event, assembler):
@@ -61,20 +70,24 @@ class Projector:
             self.tool_call_id = None
             btype = block.get("type")
             self.schema_answer = btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL
-            if btype == "tool_use":
+            self.server_executed = btype == "server_tool_use"
+            if btype in wire.TOOL_BLOCKS:
                 self.tool = (self.scrubber.other(block.get("id", "")), self.scrubber.other(block.get("name", "")))
                 if not self.schema_answer:
                     self.tool_call_id = self.tool[0]
-                    out.append(self._event("tool_call_name", self.tool[1]))
+                    out.append(self._event("tool_call_name", self.tool[1], server_executed=self.server_executed))
+            elif isinstance(btype, str) and btype.endswith(wire.SERVER_RESULT_SUFFIX):
+                clean = scrub.scrub_value(assembler.block(event["index"]), self.key)
+                assembler.replace_block(event["index"], clean)
+                out.append(tool_result_event(clean, self.index))
             elif btype == "redacted_thinking":
                 data = self.scrubber.other(block.get("data", ""))
                 out.append(
                     self._event("reasoning", "", provider_metadata={"anthropic": {"type": "redacted_thinking", "data": data}})
                 )
-            elif btype not in ("text", "thinking"):
-                raise AccountsError(
-                    "unsupported_pricing", "the response holds a content block this plugin does not price"
-                )
+            # Any other block type is read past and shown as nothing: the usage prices the answer
+            # (an unknown billing dimension shows there and keeps the attempt open), and the final
+            # message is scrubbed whole before it is stored.
         elif kind == "content_block_stop" and self.tool is not None:
             out.append(self._tool_finished(assembler, event["index"]))
         return out
@@ -88,7 +101,7 @@ class Projector:
         assembler.replace_block(index, clean)
         if self.schema_answer:
             return self._event("text", json.dumps(clean["input"]))
-        return self._event("tool_call_args", json.dumps(clean["input"]))
+        return self._event("tool_call_args", json.dumps(clean["input"]), server_executed=self.server_executed)
 
     def finish(self):
         return self._release(self.scrubber.flush())
@@ -100,6 +113,22 @@ class Projector:
 
     def _release(self, pieces):
         return [self._event(self.CHANNEL_TYPES[channel], text) for channel, text in pieces if text]
+
+
+def tool_result_event(block, part_index):
+    """A server tool's (scrubbed) result block as llm-anthropic shows it: a ``tool_result`` event
+    holding its content as JSON, named for its tool (``web_search_tool_result`` -> ``web_search``)."""
+    content = block.get("content")
+    chunk = "" if content in (None, []) else json.dumps(content)
+    tool_use_id = block.get("tool_use_id")
+    return StreamEvent(
+        type="tool_result",
+        chunk=chunk,
+        part_index=part_index,
+        tool_call_id=tool_use_id if isinstance(tool_use_id, str) else None,
+        server_executed=True,
+        tool_name=block["type"][: -len(wire.SERVER_RESULT_SUFFIX)],
+    )
 
 
 def message_events(message, secret_text):
@@ -132,11 +161,24 @@ def message_events(message, secret_text):
             )
         elif btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL:
             events.append(StreamEvent(type="text", chunk=json.dumps(block.get("input") or {}), part_index=index))
-        elif btype == "tool_use":
-            events.append(StreamEvent(type="tool_call_name", chunk=block.get("name", ""), part_index=index, tool_call_id=block.get("id")))
+        elif btype in wire.TOOL_BLOCKS:
+            server = btype == "server_tool_use"
             events.append(
-                StreamEvent(type="tool_call_args", chunk=json.dumps(block.get("input") or {}), part_index=index, tool_call_id=block.get("id"))
+                StreamEvent(
+                    type="tool_call_name", chunk=block.get("name", ""), part_index=index, tool_call_id=block.get("id"), server_executed=server
+                )
             )
+            events.append(
+                StreamEvent(
+                    type="tool_call_args",
+                    chunk=json.dumps(block.get("input") or {}),
+                    part_index=index,
+                    tool_call_id=block.get("id"),
+                    server_executed=server,
+                )
+            )
+        elif isinstance(btype, str) and btype.endswith(wire.SERVER_RESULT_SUFFIX):
+            events.append(tool_result_event(block, index))
     return events
 
 

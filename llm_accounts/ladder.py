@@ -32,10 +32,10 @@ def quote_for(model_id, revision=None, max_tokens=None):
     """The quote of a prompt on ``model_id`` (at the model's default max_tokens unless given):
     its ceiling depends only on the model and max_tokens, so any text gives the same one."""
     from . import pricing
-    from .capabilities import for_model
+    from .capabilities import for_price
     from .payload import freeze
 
-    revision = revision or pricing.current_revision()
+    revision = pricing.revision_pricing(revision or pricing.current_revision(), model_id)
     model = revision.model(model_id)
     if model is None:
         # The id is not repeated: it is free text from the command line.
@@ -45,7 +45,7 @@ def quote_for(model_id, revision=None, max_tokens=None):
         )
     body = {
         "model": model.id,
-        "max_tokens": max_tokens or for_model(model.id).default_max_tokens,
+        "max_tokens": max_tokens or for_price(model).default_max_tokens,
         "messages": [{"role": "user", "content": "ladder"}],
     }
     return pricing.quote(freeze(body), revision)

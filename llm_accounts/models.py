@@ -18,7 +18,7 @@ import llm
 from llm.parts import StreamEvent
 
 from . import classify, cost, counting, payload, room, scrub, transport, wire
-from .capabilities import for_model
+from .capabilities import for_model, for_price
 from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async, settle_async
@@ -51,6 +51,14 @@ class _Shared:
 
     def __str__(self):
         return f"Anthropic Messages, routed across accounts: {self.model_id}"
+
+    @property
+    def supported_server_side_tools(self):
+        """llm-anthropic's server tools by its class names (``-T 'WebSearch(max_uses=3)'``) and raw
+        specs; which of them can be priced is decided before sending (docs/pricing.md "Server tools")."""
+        from .server_tools import OFFERED
+
+        return OFFERED
 
     def get_key(self, explicit_key=None):
         from .declarations import load_declaration
@@ -317,7 +325,6 @@ def _warn(error):
     print(f"Warning: {error}", file=sys.stderr, flush=True)
 
 
-UNPRICED_OUTCOME = "usage_incomplete"  # the answer holds what the price revision cannot bill
 LEDGER_CODES = frozenset({"ledger_busy", "ledger_unavailable", "settlement_conflict", "duplicate_attempt"})
 
 
@@ -497,11 +504,6 @@ class RoutedClaude(_Shared, llm.KeyModel):
         except GeneratorExit:
             call.stream_failed(attempt, *reader.closed())
             raise
-        except AccountsError as error:
-            # An unpriced block: its cost cannot be known, so the ceiling stays open.
-            call.stream_failed(attempt, UNPRICED_OUTCOME)
-            end.fail(error)
-            return
         except BaseException:
             call.stream_failed(attempt, "cancelled")
             raise
@@ -652,10 +654,6 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             # aclose() by the consumer: settle synchronously, there is no loop turn to wait for.
             call.stream_failed(attempt, *reader.closed())
             raise
-        except AccountsError as error:
-            await _shielded(call.stream_failed, attempt, UNPRICED_OUTCOME)
-            end.fail(error)
-            return
         except asyncio.CancelledError:
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
@@ -695,7 +693,7 @@ async def _outcome_of(task):
 def model_pairs(revision, default_model):
     """(sync, async, aliases) for ``claude-routed`` and every active model of the revision."""
     known = revision.model(default_model)
-    caps = for_model(known.id if known is not None else default_model)
+    caps = for_price(known) if known is not None else for_model(default_model)
     yield RoutedClaude(ROUTED_ID, default_model, caps), AsyncRoutedClaude(ROUTED_ID, default_model, caps), ()
     for model in revision.models.values():
         if model.status == "retired":
@@ -704,7 +702,8 @@ def model_pairs(revision, default_model):
         names = [model.id, *model.aliases]
         names += [dotted for dotted in map(dotted_alias, names) if dotted]
         aliases = tuple(dict.fromkeys(f"{ROUTED_ID}/{name}" for name in names if name != model.id))
-        yield RoutedClaude(model_id, model.id), AsyncRoutedClaude(model_id, model.id), aliases
+        caps = for_price(model)
+        yield RoutedClaude(model_id, model.id, caps), AsyncRoutedClaude(model_id, model.id, caps), aliases
 
 
 def dotted_alias(model_id):

@@ -87,9 +87,6 @@ class RoutedOptions(llm.Options):
         description="Extended thinking with this token budget (at least 1024; the budgeted mode on any model)",
         default=None,
     )
-    fast: Optional[bool] = Field(
-        description="Fast mode: refused, its rates are not in the shipped price revision", default=None
-    )
     retries: Optional[int] = Field(
         description="Retries on the same account after a 429 or 529 or a connection that never sent the request, "
         "waiting at most 60 s in all (default 2; 0 turns retries and cooldown waits off)",
@@ -244,7 +241,6 @@ LLM_ANTHROPIC = {
     "thinking": "`thinking`",
     "thinking_budget": "none (llm-anthropic budgets 1,024 tokens on older models)",
     "thinking_effort": "`thinking_effort`",
-    "fast": "`fast` (sent there; refused here as unpriced)",
     "retries": "none (its SDK retries twice)",
     "wait": "none (routing)",
     "account": "none (routing)",
@@ -257,6 +253,12 @@ def options_for(capabilities):
 
 
 # Options other models have, so a prompt that uses one on a model without it is told why.
+# llm-anthropic's -o fast is not offered: fast-mode rates are a separate table per model, which
+# the price revision does not hold (docs/pricing.md "Refused before sending").
+FAST_REFUSED = (
+    "option fast: fast mode is not offered, its rates are not in the price revision, so no ceiling "
+    "could bound it; leave it off (docs/pricing.md \"Refused before sending\")"
+)
 OTHER_MODELS_OPTIONS = {"thinking_effort": "this model does not take a thinking effort (models that do: llm models --options)"}
 
 
@@ -269,6 +271,8 @@ def check_prompt(prompt):
         if isinstance(value, Invalid):
             raise AccountsError("declaration_invalid", f"option {name}: {value.rule} (see llm models --options)")
     for name in options.model_extra or {}:
+        if name == "fast":
+            raise AccountsError("unsupported_pricing", FAST_REFUSED)
         if name in OTHER_MODELS_OPTIONS:
             raise AccountsError("declaration_invalid", f"option {name}: {OTHER_MODELS_OPTIONS[name]}")
         close = difflib.get_close_matches(name.lower(), type(options).model_fields, n=1)

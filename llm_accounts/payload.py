@@ -32,11 +32,6 @@ def build_body(prompt, model_id, *, stream, capabilities=None, hide_reasoning=Fa
     options = prompt.options
     if prompt.schema and prompt.tools:
         raise AccountsError("declaration_invalid", "--schema and tools cannot be used in the same prompt")
-    if getattr(options, "fast", None):
-        raise AccountsError(
-            "unsupported_pricing",
-            "option fast: fast mode is billed at rates the shipped price revision does not hold; leave it off (docs/pricing.md)",
-        )
     body = {"model": model_id, "max_tokens": options.max_tokens or caps.default_max_tokens}
     if options.user_id:
         body["metadata"] = {"user_id": options.user_id}
@@ -58,7 +53,10 @@ def build_body(prompt, model_id, *, stream, capabilities=None, hide_reasoning=Fa
         body["tool_choice"] = {"type": "tool", "name": SCHEMA_TOOL}
     for tool in prompt.tools or []:
         if isinstance(tool, ServerSideTool):
-            raise AccountsError("unsupported_pricing", SERVER_TOOLS_REFUSED)
+            # Its definition as the provider takes it; whether it can be priced is quote's
+            # decision (docs/pricing.md "Server tools").
+            tools.append(_server_tool_spec(tool))
+            continue
         tools.append(
             {"name": tool.name, "description": tool.description or "", "input_schema": tool.input_schema}
         )
@@ -114,11 +112,14 @@ def beta_headers(body, capabilities):
     return betas
 
 
-SERVER_TOOLS_REFUSED = (
-    "server-side tools (web search, web fetch, code execution, MCP) are billed per use on top of tokens, "
-    "which the shipped price revision does not price, so no ceiling could bound them; use client tools "
-    "(docs/pricing.md \"Refused before sending\")"
-)
+def _server_tool_spec(tool):
+    try:
+        spec = tool.tool_spec(None)
+    except (TypeError, ValueError, AttributeError):
+        spec = None
+    if not isinstance(spec, dict):
+        raise AccountsError("declaration_invalid", f"server tool {tool.name}: its definition is not a JSON object")
+    return dict(spec)
 
 
 def _thinking(options, caps, model_id, max_tokens, hide_reasoning):
@@ -250,7 +251,19 @@ def _block(part):
             block["signature"] = metadata["signature"]
         return block
     if isinstance(part, ToolCallPart):
-        return {"type": "tool_use", "id": part.tool_call_id, "name": part.name, "input": part.arguments}
+        kind = "server_tool_use" if part.server_executed else "tool_use"
+        return {"type": kind, "id": part.tool_call_id, "name": part.name, "input": part.arguments}
+    if isinstance(part, ToolResultPart) and part.server_executed:
+        # A server tool's result goes back as the block it came in (web_search_tool_result, ...),
+        # as llm-anthropic sends it: the API refuses a plain tool_result in an assistant turn.
+        block = {"type": f"{part.name}_tool_result", "tool_use_id": part.tool_call_id}
+        try:
+            content = json.loads(part.output) if part.output else None
+        except ValueError:
+            content = part.output
+        if content is not None:
+            block["content"] = content
+        return block
     if isinstance(part, ToolResultPart):
         return {"type": "tool_result", "tool_use_id": part.tool_call_id, "content": part.output}
     if isinstance(part, AttachmentPart) and part.attachment is not None:

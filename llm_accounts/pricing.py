@@ -1,7 +1,9 @@
 """Price revisions, the worst-case ceiling and settlement from usage (docs/pricing.md "The price
 revision", "Ceiling" and "Settlement cost").
 
-A price revision is shipped data (``prices/<revision>.json``): exact model ids and aliases, each
+A price revision is shipped data (``prices/<revision>.json``), or a file of the user's own read
+the same way (``user_prices``; ``price_book`` decides which revision prices each model, docs/pricing.md
+"Which price wins"): exact model ids and aliases, each
 model's context window and maximum output, and five rates in integer nanodollars per token
 (fresh input, 5-minute cache write, 1-hour cache write, cache read, output), optionally with a
 long-context tier. Nothing here guesses: a model or request feature the revision does not price
@@ -21,6 +23,7 @@ from fractions import Fraction
 from functools import lru_cache
 from importlib import resources
 
+from . import tool_bounds
 from .errors import AccountsError
 from .paths import FileProblem, read_limited
 
@@ -63,6 +66,11 @@ UNPRICED_FIELDS = {
 PRICED_SERVICE_TIERS = (None, "standard_only", "auto")
 PRICED_BLOCK_TYPES = frozenset(
     {
+        # A server tool's call and result replayed in a later turn: input tokens like any other.
+        "server_tool_use",
+        "web_search_tool_result",
+        "web_search_result",
+        "web_fetch_tool_result",
         "text",
         "image",
         "document",
@@ -84,7 +92,7 @@ STANDARD_SPEEDS = (None, "standard")
 STANDARD_SERVICE_TIERS = (None, "standard")
 STANDARD_INFERENCE_GEOS = (None, "not_available", "global")
 
-_REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
+REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _FRACTION = re.compile(r"([0-9]+)/([1-9][0-9]*)")
 
 
@@ -130,11 +138,18 @@ class ModelPrice:
 
 @dataclass(frozen=True)
 class Revision:
-    id: str
+    id: str  # a shipped id ("anthropic-2026-11-29"), or "user:<revision>" for a user's file
     read_on: str
     sources: tuple[str, ...]
     models: dict[str, ModelPrice]
     notes: tuple[str, ...] = ()
+    # The date its prices apply from (a shipped revision's is its read_on), and whether a user
+    # revision asks to replace shipped prices (docs/pricing.md "Your own price revisions").
+    applies_from: str | None = None
+    overrides_shipped: bool = False
+    # Nanodollars per server-tool use, by usage.server_tool_use count name (docs/pricing.md
+    # "Server tools"); a count not listed is not priced.
+    server_tool_fees: dict = field(default_factory=dict)
     _names: dict = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -145,6 +160,12 @@ class Revision:
                     raise ValueError(f"price revision {self.id}: model name {name} is listed twice")
                 names[name] = price
         object.__setattr__(self, "_names", names)
+        if self.applies_from is None:
+            object.__setattr__(self, "applies_from", self.read_on)
+
+    @property
+    def is_user(self):
+        return self.id.startswith(USER_PREFIX)
 
     def model(self, model_id):
         """The price for an exact model id or exact alias; never a prefix or substring match."""
@@ -164,9 +185,75 @@ class Quote:
     # The worst case in billed tokens, for client token caps (docs/architecture.md "Client caps"):
     # the same input window the dollar ceiling prices (the model's context window) plus max_tokens.
     ceiling_tokens: int | None = None
+    # The request's server tools (tool_bounds.Bounds): their usage counts and most uses. A request
+    # with any sums several samplings in one usage (docs/architecture.md "Warm prefixes").
+    tool_uses: tool_bounds.Bounds = tool_bounds.NONE
+
+    @property
+    def server_tools(self):
+        return self.tool_uses.any
 
 
 # Loading revisions ---------------------------------------------------------------------------
+
+
+# A price file is refused whole, in one line naming the field's path and the rule it breaks, never
+# its value (docs/pricing.md "Your own price revisions"): a user's file may hold anything, a pasted
+# key included. The tables name every field a file may hold, with whether it is required; a field
+# outside them is refused, so a typo never silently drops a price. A new optional field is one
+# line here plus its reading below.
+SHIPPED, USER = "shipped", "user"
+USER_PREFIX = "user:"
+REVISION_FIELDS = {
+    # name: required in a shipped file, required in a user file
+    "revision": (True, True),
+    "read_on": (True, False),
+    "applies_from": (False, True),
+    "overrides_shipped": (False, False),
+    "provider": (False, False),
+    "unit": (False, False),
+    "sources": (False, False),
+    "notes": (False, False),
+    "server_tool_fees": (False, False),  # docs/pricing.md "Server tools"
+    "models": (True, True),
+}
+MODEL_FIELDS = {
+    "id": True,
+    "aliases": False,
+    "display_name": False,
+    "context_window": True,
+    "max_output": True,
+    "status": True,
+    "rates": True,
+    "long_context": False,
+}
+LONG_CONTEXT_FIELDS = {"above_input_tokens": True, "rates": True}
+MAX_MODEL_ID_CHARS = 128  # as long as an id a model list may hold (catalog.MAX_ID_CHARS)
+MAX_TEXT_CHARS = 1000
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
+class PriceFileError(ValueError):
+    """A price file breaks a rule; ``str()`` names the field's path and the rule, never a value."""
+
+
+def _fields(data, table, where, origin=SHIPPED):
+    if not isinstance(data, dict):
+        raise PriceFileError(f"{where or 'the file'}: must be a JSON object")
+    where_shown = where or "top level"
+    unknown = [name for name in data if name not in table]
+    if unknown:
+        # The name is not shown: it is the file's text, which may hold anything.
+        raise PriceFileError(f"{where_shown}: {len(unknown)} unknown field(s); allowed: {', '.join(table)}")
+    for name, required in table.items():
+        if isinstance(required, tuple):
+            required = required[origin == USER]
+        if required and name not in data:
+            raise PriceFileError(f"{_path(where, name)}: required")
+
+
+def _path(where, name):
+    return f"{where}.{name}" if where else name
 
 
 def _rate(value, where):
@@ -177,66 +264,188 @@ def _rate(value, where):
         if match:
             rate = Fraction(int(match.group(1)), int(match.group(2)))
             return rate.numerator if rate.denominator == 1 else rate
-    raise ValueError(f"{where}: a rate must be a non-negative integer or a string \"n/d\"")
+    raise PriceFileError(
+        f"{where}: a rate must be a non-negative integer of nanodollars per token ($1 per million "
+        'tokens is 1000) or a string fraction "n/d"'
+    )
 
 
 def _rates(data, where):
     if not isinstance(data, dict) or set(data) != set(RATE_NAMES):
-        raise ValueError(f"{where}: needs exactly the rates {', '.join(RATE_NAMES)}")
+        raise PriceFileError(f"{where}: needs exactly the rates {', '.join(RATE_NAMES)}")
     return Rates(**{name: _rate(data[name], f"{where}.{name}") for name in RATE_NAMES})
 
 
 def _positive_int(value, where):
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{where}: must be a positive integer")
+        raise PriceFileError(f"{where}: must be a positive integer")
     return value
 
 
+def _text(value, where, limit=MAX_TEXT_CHARS):
+    """A string shown to people: printable, bounded, and not holding the public start of an
+    Anthropic key (docs/security.md "Price files")."""
+    if not isinstance(value, str) or not value or len(value) > limit or not value.isprintable():
+        raise PriceFileError(f"{where}: must be a printable string of 1 to {limit} characters")
+    if looks_like_key(value):
+        raise PriceFileError(f"{where}: must not hold an API key")
+    return value
+
+
+def looks_like_key(text):
+    from .scrub import PUBLIC_PREFIX
+
+    return PUBLIC_PREFIX in text.lower()
+
+
+def _model_name(value, where):
+    """A model id or alias: the id the provider lists, sent as the request's ``model`` and shown
+    in ``claude-routed/<id>``."""
+    _text(value, where, MAX_MODEL_ID_CHARS)
+    if not value.isascii() or any(char.isspace() or char == "/" for char in value):
+        raise PriceFileError(f"{where}: a model id is ASCII without spaces or '/'")
+    return value
+
+
+def _texts(value, where):
+    if not isinstance(value, list):
+        raise PriceFileError(f"{where}: must be a list of strings")
+    return tuple(_text(item, f"{where}[{index}]") for index, item in enumerate(value))
+
+
+def _date(value, where):
+    import datetime as dt
+
+    if isinstance(value, str) and _DATE.fullmatch(value):
+        try:
+            dt.date.fromisoformat(value)
+            return value
+        except ValueError:
+            pass
+    raise PriceFileError(f"{where}: must be a date YYYY-MM-DD")
+
+
 def _model_price(data, where):
-    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-        raise ValueError(f"{where}: a model needs an id")
-    if data.get("status") not in STATUSES:
-        raise ValueError(f"{where}.status: must be one of {', '.join(STATUSES)}")
+    _fields(data, MODEL_FIELDS, where)
+    model_id = _model_name(data["id"], f"{where}.id")
+    if data["status"] not in STATUSES:
+        raise PriceFileError(f"{where}.status: must be one of {', '.join(STATUSES)}")
     aliases = data.get("aliases", [])
-    if not isinstance(aliases, list) or not all(isinstance(a, str) for a in aliases):
-        raise ValueError(f"{where}.aliases: must be a list of strings")
+    if not isinstance(aliases, list):
+        raise PriceFileError(f"{where}.aliases: must be a list of model ids")
+    aliases = tuple(_model_name(alias, f"{where}.aliases[{index}]") for index, alias in enumerate(aliases))
     long_context = None
     if data.get("long_context") is not None:
         tier = data["long_context"]
+        _fields(tier, LONG_CONTEXT_FIELDS, f"{where}.long_context")
         long_context = (
-            _positive_int(tier.get("above_input_tokens"), f"{where}.long_context.above_input_tokens"),
-            _rates(tier.get("rates"), f"{where}.long_context.rates"),
+            _positive_int(tier["above_input_tokens"], f"{where}.long_context.above_input_tokens"),
+            _rates(tier["rates"], f"{where}.long_context.rates"),
         )
+    display_name = data.get("display_name")
     return ModelPrice(
-        id=data["id"],
-        aliases=tuple(aliases),
-        display_name=str(data.get("display_name") or data["id"]),
-        context_window=_positive_int(data.get("context_window"), f"{where}.context_window"),
-        max_output=_positive_int(data.get("max_output"), f"{where}.max_output"),
+        id=model_id,
+        aliases=aliases,
+        display_name=model_id if display_name is None else _text(display_name, f"{where}.display_name", 100),
+        context_window=_positive_int(data["context_window"], f"{where}.context_window"),
+        max_output=_positive_int(data["max_output"], f"{where}.max_output"),
         status=data["status"],
-        rates=_rates(data.get("rates"), f"{where}.rates"),
+        rates=_rates(data["rates"], f"{where}.rates"),
         long_context=long_context,
     )
 
 
-def revision_from_dict(data):
-    """Build a ``Revision`` from a parsed price file, checking every field and rate."""
-    revision_id = data.get("revision")
-    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
-        raise ValueError("revision: must be a lower-case id such as anthropic-2026-11-29")
-    models = {}
-    for index, entry in enumerate(data.get("models") or []):
-        price = _model_price(entry, f"{revision_id}.models[{index}]")
+def revision_from_dict(data, origin=SHIPPED):
+    """Build a ``Revision`` from a parsed price file, checking every field and rate.
+
+    A user's file (``origin=USER``) gets the id ``user:<revision>`` and needs ``applies_from``;
+    a shipped one needs ``read_on``. Raises ``PriceFileError`` naming the first field that is
+    wrong.
+    """
+    _fields(data, REVISION_FIELDS, "", origin)
+    revision_id = data["revision"]
+    if not isinstance(revision_id, str) or not REVISION_ID.fullmatch(revision_id) or looks_like_key(revision_id):
+        raise PriceFileError("revision: must be a lower-case id of letters, digits and '-' such as 2026-12-05-mine")
+    read_on = _date(data["read_on"], "read_on") if "read_on" in data else None
+    applies_from = _date(data["applies_from"], "applies_from") if "applies_from" in data else read_on
+    overrides = data.get("overrides_shipped", False)
+    if not isinstance(overrides, bool):
+        raise PriceFileError("overrides_shipped: must be true or false")
+    for name in ("provider", "unit"):
+        if name in data:
+            _text(data[name], name)
+    sources = _texts(data.get("sources", []), "sources")
+    notes = _texts(data.get("notes", []), "notes")
+    entries = data["models"]
+    if not isinstance(entries, list) or not entries:
+        raise PriceFileError("models: must be a non-empty list of models")
+    models, seen = {}, {}
+    for index, entry in enumerate(entries):
+        where = f"models[{index}]"
+        price = _model_price(entry, where)
+        for position, name in enumerate((price.id, *price.aliases)):
+            if name in seen:
+                field_path = f"{where}.id" if position == 0 else f"{where}.aliases[{position - 1}]"
+                raise PriceFileError(f"{field_path}: the same model name as {seen[name]}")
+            seen[name] = f"models[{index}]"
         models[price.id] = price
-    if not models:
-        raise ValueError(f"{revision_id}: prices no model")
     return Revision(
-        id=revision_id,
-        read_on=str(data.get("read_on")),
-        sources=tuple(data.get("sources") or ()),
+        id=(USER_PREFIX + revision_id) if origin == USER else revision_id,
+        read_on=read_on or applies_from,
+        sources=sources,
         models=models,
-        notes=tuple(data.get("notes") or ()),
+        notes=notes,
+        applies_from=applies_from,
+        overrides_shipped=overrides,
+        server_tool_fees=_server_tool_fees(data.get("server_tool_fees"), "server_tool_fees"),
     )
+
+
+_COUNT_NAME = re.compile(r"[a-z][a-z_]{0,62}_requests")
+
+
+def _server_tool_fees(data, where):
+    """``{"web_search_requests": 10000000, ...}``: integer nanodollars per use, by the
+    usage.server_tool_use count that reports the uses; absent means no server tool is priced."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise PriceFileError(f"{where}: must be an object of usage count name to nanodollars per use")
+    fees = {}
+    for name, value in data.items():
+        if not _COUNT_NAME.fullmatch(name):
+            raise PriceFileError(f"{where}: each name must be a usage.server_tool_use count such as web_search_requests")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise PriceFileError(f"{where}.{name}: must be a non-negative integer of nanodollars per use")
+        fees[name] = value
+    return fees
+
+
+def parse_price_file(raw, origin=SHIPPED):
+    """A ``Revision`` from a price file's bytes: UTF-8 JSON, no field twice in one object."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PriceFileError("the file is not UTF-8 text") from None
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except json.JSONDecodeError as error:
+        # error.msg names the rule and the position only, never the text around it.
+        raise PriceFileError(f"not valid JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:
+        raise PriceFileError("not valid JSON (nested too deeply)") from None
+    return revision_from_dict(data, origin)
+
+
+def _no_duplicates(pairs):
+    names = [name for name, _ in pairs]
+    if len(set(names)) != len(names):
+        raise PriceFileError("a JSON object holds the same field twice")
+    return dict(pairs)
+
+
+def _no_constant(name):
+    raise PriceFileError("not valid JSON (NaN and Infinity are not numbers)")
 
 
 def _price_files():
@@ -252,11 +461,19 @@ def shipped_revision_ids():
     )
 
 
-@lru_cache(maxsize=None)
 def load_revision(revision_id):
-    """A shipped revision by id, kept so an attempt quoted under it can still be settled
-    (docs/pricing.md "The price revision")."""
-    if not isinstance(revision_id, str) or not _REVISION_ID.fullmatch(revision_id):
+    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
+    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
+    if isinstance(revision_id, str) and revision_id.startswith(USER_PREFIX):
+        from .user_prices import load_user_revision
+
+        return load_user_revision(revision_id)
+    return _load_shipped(revision_id)
+
+
+@lru_cache(maxsize=None)
+def _load_shipped(revision_id):
+    if not isinstance(revision_id, str) or not REVISION_ID.fullmatch(revision_id):
         raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
     path = _price_files().joinpath(revision_id + ".json")
     missing = AccountsError(
@@ -273,7 +490,7 @@ def load_revision(revision_id):
             raise missing from None
         except FileProblem as error:
             raise AccountsError("unsupported_pricing", f"price revision file {revision_id}.json: {error.reason}") from None
-    revision = revision_from_dict(json.loads(raw.decode("utf-8")))
+    revision = parse_price_file(raw)
     if revision.id != revision_id:
         raise ValueError(f"{revision_id}.json: holds revision {revision.id}")
     return revision
@@ -281,7 +498,8 @@ def load_revision(revision_id):
 
 @lru_cache(maxsize=None)
 def current_revision():
-    """The newest shipped revision (latest ``read_on``), used for every new quote."""
+    """The newest shipped revision (latest ``read_on``), used for every new quote of a model it
+    prices, unless a user's revision overrides it (``price_book``)."""
     revisions = [load_revision(revision_id) for revision_id in shipped_revision_ids()]
     return max(revisions, key=lambda revision: (revision.read_on, revision.id))
 
@@ -289,9 +507,14 @@ def current_revision():
 def _resolve(revision):
     if revision is None:
         return current_revision()
-    if isinstance(revision, Revision):
-        return revision
+    if isinstance(revision, Revision) or hasattr(revision, "revision_of"):
+        return revision  # a Revision, or a price_book.Book
     return load_revision(revision)
+
+
+def revision_pricing(revision, model_id):
+    """The one revision that prices ``model_id``: a book (price_book.Book) names it."""
+    return revision.revision_of(model_id) if hasattr(revision, "revision_of") else revision
 
 
 # Walking a request ---------------------------------------------------------------------------
@@ -407,8 +630,7 @@ def _check_features(request, revision):
         if not isinstance(block, dict):
             _refuse(where, "must be an object to be priced", revision)
         if tier == "tools":
-            if block.get("type") not in (None, "custom"):
-                _refuse(where, 'server tools (a tool whose type is not "custom") are not priced; use client tools', revision)
+            pass  # server tools: tool_bounds.bounds, called by quote
         elif block.get("type") not in PRICED_BLOCK_TYPES:
             _refuse(
                 where,
@@ -466,6 +688,12 @@ def quote(body, revision=None):
     context window, Pin the greatest input-side rate and Pout the greatest output rate of every
     tier a request of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
     ``AccountsError("unsupported_pricing")`` for anything the revision does not price.
+
+    With server tools (docs/pricing.md "Server tools") the provider samples up to
+    ``tool_bounds.ITERATIONS`` times within the request, each sampling reading at most the window
+    and writing at most max_tokens, and each fee-bearing use is bounded by its tool's max_uses:
+    ``C = ceil(N * (Imax * Pin + Omax * Pout)) + sum(max_uses * fee)``, the tiers taken over the
+    N windows' input.
     """
     if not isinstance(body, (bytes, bytearray)):
         raise TypeError("quote() takes the frozen request bytes")
@@ -477,9 +705,15 @@ def quote(body, revision=None):
     if not isinstance(request, dict):
         _refuse("request", "the body is not a JSON object", revision)
     model_id = request.get("model")
+    revision = revision_pricing(revision, model_id)
     price = revision.model(model_id)
     if price is None:
-        _refuse("model", "this model is not priced; run 'llm accounts prices' for the priced models", revision)
+        _refuse(
+            "model",
+            "this model is not priced; run 'llm accounts prices' for the priced models, or give its "
+            "prices with 'llm accounts prices add FILE' (docs/pricing.md \"Your own price revisions\")",
+            revision,
+        )
     if price.status == "retired":
         _refuse("model", f"{price.id} is retired; choose an active model from 'llm accounts prices'", revision)
     _check_features(request, revision)
@@ -488,10 +722,12 @@ def quote(body, revision=None):
         _refuse("max_tokens", "required, a positive integer", revision)
     if max_tokens > price.max_output:
         _refuse("max_tokens", f"above {price.id}'s maximum output of {price.max_output} tokens", revision)
-    tiers = price.tiers_up_to(price.context_window)
+    tools = tool_bounds.bounds(request.get("tools"), revision.server_tool_fees, revision.id)
+    samplings = tool_bounds.ITERATIONS if tools.any else 1
+    tiers = price.tiers_up_to(samplings * price.context_window)
     pin = max(rate for tier in tiers for rate in tier.input_side())
     pout = max(tier.output for tier in tiers)
-    ceiling = math.ceil(price.context_window * pin + max_tokens * pout)
+    ceiling = math.ceil(samplings * (price.context_window * pin + max_tokens * pout)) + tools.fees_nusd
     cert, hour_after_key = _warm_prefix(request, model_id)
     return Quote(
         requested_model=model_id,
@@ -500,7 +736,8 @@ def quote(body, revision=None):
         request_digest=hashlib.sha256(bytes(body)).hexdigest(),
         cert=cert,
         hour_after_key=hour_after_key,
-        ceiling_tokens=price.context_window + max_tokens,
+        ceiling_tokens=samplings * (price.context_window + max_tokens),
+        tool_uses=tools,
     )
 
 
@@ -589,7 +826,8 @@ def _empty(value):
 
 
 def _check_modifiers(usage):
-    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo, server tools)."""
+    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo) and
+    server-tool counts that are not counts."""
     if usage.get("speed") not in STANDARD_SPEEDS:
         raise _Incomplete
     if usage.get("service_tier") not in STANDARD_SERVICE_TIERS:
@@ -600,19 +838,20 @@ def _check_modifiers(usage):
     if server_tools is not None:
         if not isinstance(server_tools, dict):
             raise _Incomplete
-        if any(_count(value) != 0 for value in server_tools.values()):
-            raise _Incomplete
+        for value in server_tools.values():
+            _count(value)
 
 
 def settlement_cost(usage, served_model, request_body, revision):
     """The exact cost ``A`` of final ``usage`` at the served model's rates, or None.
 
     ``A = ceil(input*Pin + read*Pread + w5*P5m + w1h*P1h + output*Pout)`` at the tier the
-    request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost").
+    request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost"),
+    plus each ``server_tool_use`` count times its fee in the revision.
     None means the usage is incomplete or carries something the revision does not price: keep
     the ceiling open.
     """
-    revision = _resolve(revision)
+    revision = revision_pricing(_resolve(revision), served_model)
     price = revision.model(served_model)
     if price is None or not isinstance(usage, dict):
         return None
@@ -626,14 +865,18 @@ def settlement_cost(usage, served_model, request_body, revision):
         w5, w1h = _cache_writes(usage, created, request_body)
     except _Incomplete:
         return None
+    fees = tool_bounds.fees_due(usage.get("server_tool_use"), revision.server_tool_fees)
+    if fees is None:
+        return None
     rates = price.rates_for(fresh + created + read)
-    return math.ceil(
+    return fees + math.ceil(
         fresh * rates.input
         + read * rates.cache_read
         + w5 * rates.write_5m
         + w1h * rates.write_1h
         + output * rates.output
     )
+
 
 
 def per_mtok(rate):

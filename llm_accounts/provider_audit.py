@@ -57,11 +57,12 @@ class OrganizationDay:
 
 
 def price_day(usage, model, revision):
-    """A day's usage of one model at the revision's base rates, exactly, rounded up once; None
-    when the model is not priced or the usage holds server tools the revision does not price.
-    (A day's totals cannot say which requests passed the long-context threshold.)"""
+    """A day's usage of one model at the revision's base rates, exactly, rounded up once, plus its
+    web searches at the revision's fee; None when the model is not priced or the revision has no
+    web search fee. (A day's totals cannot say which requests passed the long-context threshold.)"""
     price = revision.model(model)
-    if price is None or usage.web_search:
+    fee = revision.server_tool_fees.get("web_search_requests")
+    if price is None or (usage.web_search and fee is None):
         return None
     rates = price.rates
     exact = (
@@ -71,7 +72,7 @@ def price_day(usage, model, revision):
         + Fraction(usage.write_1h) * Fraction(rates.write_1h)
         + Fraction(usage.output) * Fraction(rates.output)
     )
-    return math.ceil(exact)
+    return math.ceil(exact) + usage.web_search * (fee or 0)
 
 
 def usage_by_day_and_key(buckets, revision):

@@ -37,7 +37,6 @@ A settlement names its source: ``usage_report:messages:<first minute>[..<last mi
 
 import dataclasses
 import datetime as dt
-import functools
 import json
 
 from . import pricing
@@ -295,8 +294,8 @@ def price_with_revision(usage, model, revision_id):
     return None if revision is None else pricing.settlement_cost(usage, model, None, revision)
 
 
-@functools.lru_cache(maxsize=8)
 def _revision(revision_id):
+    # Not cached here: pricing caches a shipped revision, user_prices a user's until its file changes.
     try:
         return pricing.load_revision(revision_id) if revision_id else pricing.current_revision()
     except Exception:  # a revision this version does not ship: the attempt stays open (unpriced)

@@ -19,7 +19,7 @@ import dataclasses
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, pricing, provider_pass, room, selection, thresholds, transport
+from . import catalog, classify, clock, keys, notices, price_book, pricing, provider_pass, room, selection, thresholds, tool_bounds, transport
 from .retries import DEFAULT_RETRIES, Retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
@@ -63,12 +63,15 @@ class RoutedCall:
         self.pinned = pinned
         self.client = client
         self.llm_response_id = llm_response_id
-        self.revision = revision or pricing.current_revision()
+        # The one revision that prices the model, shipped or the user's (docs/pricing.md "Which
+        # price wins"); the book resolves account model lists across all of them.
+        book = revision or price_book.current()
+        self.revision = revision or book.revision_for_body(body)
         # Raises unsupported_pricing before anything is reserved or sent.
         self.quote = pricing.quote(body, self.revision)
         # Declared models, narrowed to what each account serves (llm accounts refresh-models).
         served = catalog.load()
-        self.accounts = catalog.effective_accounts(declaration.accounts, self.revision, served)
+        self.accounts = catalog.effective_accounts(declaration.accounts, book, served)
         # A list older than a day is fetched again in a background thread: this prompt routes on
         # the lists just read and never waits; the next prompt uses the new ones.
         catalog.refresh_stale_in_background(declaration, served)
@@ -267,12 +270,17 @@ class RoutedCall:
                 return account
         raise AccountsError("account_blocked", f"account '{name}' is bound but no longer declared", account=name)
 
-    def _settle(self, attempt_id, evidence, outcome, cost):
+    def _settle(self, attempt_id, evidence, outcome, cost, beyond_bounds=False):
         if isinstance(evidence, Complete):
             # Warm-prefix evidence (docs/architecture.md "Warm prefixes"): only a complete settlement
             # writes it.
             self.ledger.settle(
-                attempt_id, evidence, cert=self.quote.cert, hour_after_key=self.quote.hour_after_key
+                attempt_id,
+                evidence,
+                cert=self.quote.cert,
+                hour_after_key=self.quote.hour_after_key,
+                server_tools=self.quote.server_tools,
+                beyond_bounds=beyond_bounds,
             )
         else:
             self.ledger.settle(attempt_id, evidence)
@@ -398,8 +406,27 @@ class RoutedCall:
                 )
         else:
             evidence = Complete(cost, _numeric_usage(usage, holds), served, _request_id(request_id, holds))
-            self._settle(attempt.id, evidence, "complete", cost)
+            over = tool_bounds.overrun(usage.get("server_tool_use"), self.quote.tool_uses)
+            self._settle(attempt.id, evidence, "complete", cost, beyond_bounds=bool(over))
+            if over:
+                self._say_overrun(attempt, over)
         return self.routing(paid_by=attempt.account)
+
+    def _say_overrun(self, attempt, over):
+        """Server-tool uses above the request's bound are usage no request could cause: the real
+        cost stands, and the settlement blocked the account in its own transaction, as for a cost
+        above its ceiling, whose premise they break (docs/pricing.md "Server tools")."""
+        # Count names are provider strings: only the ones this plugin knows are repeated.
+        known = sorted(name for name in over if name in tool_bounds.COUNTS.values()) or ["server-tool uses"]
+        error = AccountsError(
+            "ceiling_exceeded",
+            f"account '{attempt.account}': the answer reports more {', '.join(known)} than the request allows "
+            f"(its tools' max_uses); attempt {attempt.id} is settled at its reported cost and the account is "
+            f"blocked until checked (llm accounts unblock {attempt.account})",
+            account=attempt.account,
+            attempt_id=attempt.id,
+        )
+        notices.say(f"Warning: {error}")
 
     def not_sent(self, attempt):
         """The caller gave up before the request was built: proven never sent, and the caller's
@@ -452,7 +479,7 @@ class UnroutedCall:
         return None
 
     def revision_knows(self, model_id):
-        return pricing.current_revision().model(model_id) is not None
+        return price_book.current().model(model_id) is not None
 
     def refused(self, attempt, status, info, retry_after_s=None):
         return AccountsError(

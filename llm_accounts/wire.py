@@ -30,6 +30,8 @@ USAGE_REPLACED_WHEN_PRESENT = (
 # and logging that follow it recurse once per level.
 MAX_DEPTH = 100
 TOOL_BLOCKS = ("tool_use", "server_tool_use")
+# A server tool's result block (web_search_tool_result, web_fetch_tool_result): whole at its start.
+SERVER_RESULT_SUFFIX = "_tool_result"
 # The string fields each content block type must carry (a tool block's ``input`` is an object).
 _BLOCK_STRINGS = {
     "text": ("text",),

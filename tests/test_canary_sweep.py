@@ -2,7 +2,8 @@
 run of it in any output, log line, file, ledger row, llm logs entry or Datasette page
 (docs/security.md "Tests").
 
-The stand-in quotes the key back (``echo_key``) on one prompt and in its model list, and refuses
+The stand-in quotes the key back (``echo_key``) on one prompt, in a web search's result and
+citation, and in its model list, and refuses
 another prompt with a 429;
 the commands, llm's logs, an export and every canned query and dashboard page are read after.
 """
@@ -68,7 +69,9 @@ def canary_account(request, canary_key, admin_canary, user_path, ledger_path, tm
         yield server, placed
 
 
-def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_key, admin_canary, ledger_path, tmp_path, caplog):
+def test_no_path_shows_stores_or_logs_a_run_of_the_key(
+    canary_account, canary_key, admin_canary, user_path, ledger_path, tmp_path, caplog
+):
     server, placed = canary_account
     caplog.set_level(logging.DEBUG)
     outputs = []
@@ -86,6 +89,10 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
     server.set_behaviour("canary", "ok", script=["echo_key", "echo_key"])
     assert run("-m", MODEL, "Quote it").exit_code == 0
     assert run("-m", MODEL, "--no-stream", "Quote it").exit_code == 0
+    # A web search whose result (title, URL, encrypted content) and citation quote the key.
+    server.set_behaviour("canary", "ok", script=["echo_key", "echo_key"])
+    assert run("-m", MODEL, "-T", "WebSearch(max_uses=2)", "Search it").exit_code == 0
+    assert run("-m", MODEL, "--no-stream", "-T", "WebSearch(max_uses=2)", "Search it").exit_code == 0
     server.set_behaviour("canary", "ok", script=["rate_limited"])
     assert run("-m", MODEL, "-o", "retries", "1", "After a 429").exit_code == 0
     server.set_behaviour("canary", "ok", script=["refusal"])
@@ -99,6 +106,22 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         return "".join([chunk async for chunk in llm.get_async_model(MODEL).prompt("Quote it async")])
 
     outputs.append(asyncio.run(stream()))
+    # Price files holding the key (docs/security.md "Price files"): 'prices add' refuses both
+    # without echoing it (a run from the middle of the key is found by the key's runs, the whole
+    # key by its prefix) and copies neither; one put in the price directory by hand is not used.
+    prices = user_path / "llm-accounts" / "prices"
+    prices.mkdir(parents=True)
+    for name, notes, model_id in (
+        ("pasted-key.json", [canary_key], "claude-nova-6"),
+        ("pasted-run.json", [], canary_key[20:60]),
+        ("by-hand.json", [f"key {admin_canary}"], "claude-nova-6"),
+    ):
+        folder = prices if name == "by-hand.json" else tmp_path / "work"
+        (folder / name).write_text(json.dumps(_price_file(name[: -len(".json")], notes, model_id)))
+        placed.add(name)
+    assert run("accounts", "prices", "add", str(tmp_path / "work" / "pasted-key.json")).exit_code == 1
+    assert run("accounts", "prices", "add", str(tmp_path / "work" / "pasted-run.json")).exit_code == 1
+    assert set(p.name for p in prices.iterdir()) == {"by-hand.json"}
     # The model list names the key as a model id (and an id quoting it) from here on.
     server.set_behaviour("canary", "echo_key")
     # Commands, llm's logs and an export.
@@ -112,6 +135,9 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
         ("accounts", "spend", "--by", "model", "--json"),
         ("accounts", "spend", "--by", "conversation", "--csv"),
         ("accounts", "ladder", "--json"),
+        ("accounts", "prices"),
+        ("accounts", "prices", "--json"),
+        ("models", "list"),
         ("accounts", "count", "-m", MODEL, "-s", "Be brief", "Count me", "--json"),
         ("accounts", "refresh-models", "--json"),
         ("accounts", "reconcile", "--from-provider"),
@@ -134,11 +160,24 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(canary_account, canary_ke
     outputs.extend(record.getMessage() for record in caplog.records)
 
     assert "Echoing the key you sent" in "".join(outputs)  # the reply that quoted it was shown, masked
+    assert "Stand-in result quoting [key]" in "".join(outputs)  # the search result, in llm logs --json
+    assert "The key was [key]" in "".join(outputs)  # the citation's cited_text
+    assert "must not hold an API key" in "".join(outputs)  # the price files were read and refused
     assert "2 ids dropped" in "".join(outputs)  # the model list that named it was read
     for key in (canary_key, admin_canary):
         for text in outputs:
             assert_no_key_material(text, key)
         assert_tree_has_no_key_material(tmp_path, key, ignore=placed)
+
+
+def _price_file(revision, notes, model_id):
+    rates = {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000}
+    return {
+        "revision": revision,
+        "applies_from": "2026-12-05",
+        "notes": notes,
+        "models": [{"id": model_id, "context_window": 400000, "max_output": 32000, "status": "active", "rates": rates}],
+    }
 
 
 async def _datasette_pages(ledger_path):

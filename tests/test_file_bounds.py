@@ -156,12 +156,12 @@ def test_an_unbounded_price_file_is_unsupported_pricing(tmp_path, kind, monkeypa
     prices.mkdir()
     unbounded(prices / "2099-01-01.json", kind)
     monkeypatch.setattr(pricing, "_price_files", lambda: prices)
-    pricing.load_revision.cache_clear()
+    pricing._load_shipped.cache_clear()
     try:
         with pytest.raises(AccountsError) as caught:
             pricing.load_revision("2099-01-01")
     finally:
-        pricing.load_revision.cache_clear()
+        pricing._load_shipped.cache_clear()
     assert caught.value.code == "unsupported_pricing"
     assert f"2099-01-01.json: {WHAT[kind]}" in str(caught.value)
 

@@ -298,21 +298,22 @@ def test_a_refusal_explanation_holding_a_run_of_the_key_is_dropped(canary_key):
 
 def test_fast_mode_is_refused_as_unpriced(accounts):
     line = refused("-m", HAIKU, "Hello", "-o", "fast", "1")
-    assert line.startswith("Error: unsupported_pricing: option fast: fast mode is billed at rates")
+    assert line.startswith("Error: unsupported_pricing: option fast: fast mode is not offered")
     assert accounts.requests == []
 
 
-def test_server_tools_are_refused_saying_they_are_billed_per_use():
+def test_server_tools_go_by_llm_anthropic_names_and_are_sent_as_their_definitions():
     from llm_accounts import payload
+    from llm_accounts.server_tools import WebFetch, WebSearch
 
-    class Search(llm.models.ServerSideTool):
-        name = "web_search"
-
-    prompt = llm.Prompt("Hi", model=llm.get_model(HAIKU), tools=[Search()])
-    with pytest.raises(models.AccountsError) as caught:
-        payload.build_body(prompt, "claude-haiku-4-5-20251001", stream=False)
-    assert caught.value.code == "unsupported_pricing"
-    assert "billed per use" in caught.value.message
+    model = llm.get_model(HAIKU)
+    assert {tool.__name__ for tool in model.supported_server_side_tools} >= {"WebSearch", "WebFetch", "CodeExecution"}
+    tools = [WebSearch(max_uses=2, allowed_domains=["example.com"]), WebFetch(max_content_tokens=1000)]
+    built = payload.build_body(llm.Prompt("Hi", model=model, tools=tools), "claude-haiku-4-5-20251001", stream=False)
+    assert built["tools"] == [
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 2, "allowed_domains": ["example.com"]},
+        {"type": "web_fetch_20250910", "name": "web_fetch", "max_content_tokens": 1000},
+    ]
 
 
 # One connection pool per process

@@ -125,5 +125,10 @@ def test_rounding_alone_is_not_outside_the_ledger():
     assert day.outside_nusd == 100
 
 
-def test_server_tool_use_leaves_a_day_unpriced():
-    assert provider_audit.price_day(provider_usage.Usage(input=5, web_search=1), HAIKU, current_revision()) is None
+def test_a_days_web_searches_are_priced_at_the_revision_fee():
+    assert provider_audit.price_day(provider_usage.Usage(input=5, web_search=2), HAIKU, current_revision()) == 5 * 1_000 + 2 * 10_000_000
+
+
+def test_web_searches_leave_a_day_unpriced_under_a_revision_without_their_fee():
+    revision = dataclasses.replace(current_revision(), server_tool_fees={})
+    assert provider_audit.price_day(provider_usage.Usage(input=5, web_search=1), HAIKU, revision) is None

@@ -2,6 +2,7 @@
 keep open (docs/architecture.md "Settling from the provider"). Pure functions: clocks and reports
 are given, nothing is read."""
 
+import dataclasses
 import datetime as dt
 
 from hypothesis import given, strategies as st
@@ -144,8 +145,18 @@ def test_a_remainder_priced_above_the_ceiling_stays_open_and_says_so():
     assert "above its ceiling of $0.000001" in verdict.message
 
 
+def test_web_searches_in_the_report_are_priced_at_the_revision_fee():
+    verdict = one(decide([attempt("a")], {(minute(T0), HAIKU): pu.Usage(input=10, output=5, web_search=1)}))
+    assert verdict.cost_nusd == 10 * 1_000 + 5 * 5_000 + 10_000_000  # Haiku 4.5 tokens and one search
+
+
 def test_server_tool_use_the_revision_cannot_price_stays_open():
-    assert one(decide([attempt("a")], {(minute(T0), HAIKU): pu.Usage(input=10, output=5, web_search=1)})).reason == "unpriced"
+    def without_fees(usage, model, revision):
+        return settlement_cost(usage, model, None, dataclasses.replace(current_revision(), server_tool_fees={}))
+
+    report = {(minute(T0), HAIKU): pu.Usage(input=10, output=5, web_search=1)}
+    verdict = one(pu.decide([attempt("a")], report, covered_around(T0), key_id=KEY, now=LATER, price=without_fees))
+    assert verdict.reason == "unpriced"
 
 
 def test_settled_attempts_alone_give_no_verdict():

@@ -148,11 +148,16 @@ class Ledger:
 
     # -- settlement (settlement.py) -------------------------------------------------------------
 
-    def settle(self, attempt_id, evidence, *, cert=None, hour_after_key=False, server_tools=False, now=None):
+    def settle(
+        self, attempt_id, evidence, *, cert=None, hour_after_key=False, server_tools=False, beyond_bounds=False, now=None
+    ):
         """Record what happened to an attempt: ``"settled"``, ``"already_settled"`` or ``"still_open"``.
 
         ``cert``, ``hour_after_key`` and ``server_tools`` describe the request's stable prefix for
         the warm-prefix index (docs/architecture.md "Warm prefixes"); only a complete settlement uses them.
+        ``beyond_bounds``: the usage reports more server-tool uses than the request allowed, so the
+        ceiling's premise broke and the complete settlement blocks the account (``ceiling_exceeded``)
+        in the same transaction (docs/pricing.md "Server tools").
         Without ``now`` the clock is read inside the transaction, once the write lock is held.
         """
         check_id(attempt_id, "attempt_id")
@@ -161,7 +166,7 @@ class Ledger:
             check_id(cert, "cert")
         return self._run(
             "settle", settlement.settle, self.host, attempt_id, evidence, fields, cert, bool(hour_after_key),
-            bool(server_tools), now,
+            bool(server_tools), now, bool(beyond_bounds),
         )
 
     # -- corrections (corrections.py) -----------------------------------------------------------

@@ -24,7 +24,7 @@ WARM_TTL = dt.timedelta(hours=1)  # created_at + 3,600 s (docs/architecture.md "
 WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 
 
-def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now):
+def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now, beyond_bounds=False):
     """``Ledger.settle`` inside its write transaction: ``"settled"``, ``"already_settled"``,
     ``"still_open"``, or a ``core.Deferred`` refusal whose block commits first."""
     now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
@@ -91,7 +91,7 @@ def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, serve
     )
     writes.move_to_settled(conn, row, cost)
     if isinstance(evidence, Complete):
-        _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now)
+        _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now, beyond_bounds)
     elif isinstance(evidence, NotSent):
         if not evidence.caller_cancelled:
             writes.clear_warm(conn, provider, name)
@@ -103,7 +103,7 @@ def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, serve
     return "settled"
 
 
-def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now):
+def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now, beyond_bounds=False):
     """A complete answer: health recovers, cache savings are counted, a cost past its ceiling
     blocks the account, and the request's stable prefix is recorded warm."""
     provider, name, attempt_id = row["provider"], row["account"], row["id"]
@@ -124,9 +124,10 @@ def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_to
             "DELETE FROM model_health WHERE provider = ? AND account = ? AND model = ?",
             (provider, name, row["requested_model"]),
         )
-    if evidence.cost_nusd > row["ceiling_nusd"]:
-        # Record the true cost, never clamp it, and block the account
-        # (docs/architecture.md "Ceilings and settlement").
+    if evidence.cost_nusd > row["ceiling_nusd"] or beyond_bounds:
+        # Record the true cost, never clamp it, and block the account (docs/architecture.md
+        # "Ceilings and settlement"); server-tool uses past the request's bound break the
+        # ceiling's premise even when the cost fits (docs/pricing.md "Server tools").
         log.warning("attempt cost exceeded its ceiling; account %s blocked (ceiling_exceeded)", name)
         writes.block(conn, provider, name, row["block_reason"], "ceiling_exceeded", f"attempt:{attempt_id}", ts)
     elif cert is not None and row["block_reason"] is None:

@@ -9,12 +9,14 @@ Config (``load_config(path)`` / ``validate_config(dict)``)::
     {"keys": [{"label": "a", "key": "...", "organization": "org-a", "behaviour": "ok",
                "script": ["rate_limited", "ok"], "delay": 0.0, "min_cache_tokens": 1024,
                "retry_after": 1, "shapes": ["gzip"], "inference_geo": "global"}],
-     "min_cache_tokens": 1024}
+     "min_cache_tokens": 1024,
+     "models": [{"id": "claude-nova-6", "context_window": 400000, "max_output": 32000}]}
 
 Only ``label`` and ``key`` are required. ``organization`` defaults to ``org-<label>``; keys that
 share one share its prompt cache. ``script`` is consumed one behaviour per ``POST /v1/messages``
 before falling back to ``behaviour``. ``min_cache_tokens`` (per key, else top level, else the
-model's documented minimum) is the minimum cacheable prefix.
+model's documented minimum) is the minimum cacheable prefix. ``models`` adds models it lists and
+answers besides its own table: one no shipped price knows, for a user's price revision.
 
 Behaviours (``BEHAVIOURS``): ok; rate_limited (429, retry-after, x-should-retry, rate-limit
 headers); spend_limit (429, ``enforced_spend_limit_reached``, no retry-after); overloaded (529);

@@ -33,13 +33,16 @@ BEHAVIOURS = (
     "drop",
     "echo_key",
     "refusal",
+    "search_overrun",
 )
 
 KEY_FIELDS = (
     "label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id",
     "shapes", "inference_geo",
 )
-TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay")
+TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay", "models")
+MODEL_FIELDS = ("id", "context_window", "max_output")
+_MODEL_ID = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 ADMIN_KEY_FIELDS = ("key", "organization")
 # The id shape the Admin API gives API keys ("apikey_" then base62).
 API_KEY_ID = re.compile(r"apikey_[A-Za-z0-9]{1,64}")
@@ -142,7 +145,33 @@ def validate_config(data):
     delay = data.get("report_delay", 0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
         raise ConfigError("report_delay: must be a number of seconds >= 0")
-    return {"keys": normalized, "min_cache_tokens": default_minimum, "admin_keys": admin_keys, "report_delay": float(delay)}
+    return {
+        "keys": normalized,
+        "min_cache_tokens": default_minimum,
+        "admin_keys": admin_keys,
+        "report_delay": float(delay),
+        "models": _models(data.get("models", [])),
+    }
+
+
+def _models(value):
+    """Models served besides the stand-in's own table (``models.configured_model``)."""
+    if not isinstance(value, list):
+        raise ConfigError("models: must be a list of {id, context_window, max_output} objects")
+    out = []
+    for index, entry in enumerate(value):
+        where = f"models[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object")
+        _no_unknown(entry, MODEL_FIELDS, where)
+        if not isinstance(entry.get("id"), str) or not _MODEL_ID.fullmatch(entry["id"]):
+            raise ConfigError(f"{where}.id: must be a lower-case model id")
+        for name in ("context_window", "max_output"):
+            number = entry.get(name)
+            if isinstance(number, bool) or not isinstance(number, int) or number <= 0:
+                raise ConfigError(f"{where}.{name}: must be a positive integer")
+        out.append(dict(entry))
+    return out
 
 
 def default_api_key_id(label):

@@ -85,13 +85,23 @@ RETIRED = frozenset(
 _BY_NAME = {name: model for model in MODELS for name in (model.id, *model.aliases)}
 
 
-def find_model(name):
-    """The served model for an id or alias; None for unknown and retired ids (both 404)."""
+def find_model(name, extra=()):
+    """The served model for an id or alias; None for unknown and retired ids (both 404).
+    ``extra`` are models a stand-in's config adds (``configured_model``)."""
     if not isinstance(name, str) or name in RETIRED:
         return None
-    return _BY_NAME.get(name)
+    return next((model for model in extra if model.id == name), None) or _BY_NAME.get(name)
 
 
-def listed_models():
+def listed_models(extra=()):
     """Models in GET /v1/models order: newest first, ties by id."""
-    return sorted(MODELS, key=lambda model: (model.created_at, model.id), reverse=True)
+    return sorted((*extra, *MODELS), key=lambda model: (model.created_at, model.id), reverse=True)
+
+
+def configured_model(entry):
+    """A model the config adds (``{"id", "context_window", "max_output"}``): one no shipped
+    price lists, such as a release newer than the plugin, priced by a user's price revision
+    (docs/pricing.md "Your own price revisions"). Listed newest; its cache minimum 1,024."""
+    return Model(
+        entry["id"], entry["id"], "2099-01-01T00:00:00Z", entry["context_window"], entry["max_output"], 1024
+    )

@@ -10,7 +10,9 @@ max_tokens) and the earliest ``stop_sequences`` match ends the text (stop_reason
   tool_choice ``auto`` a short text block comes first, with ``any``/``tool`` the tool_use is alone;
 - a ``tool_result`` last: text ``The tool returned: <its text>``;
 - ``thinking`` enabled (or adaptive): a thinking block (thinking_delta..., signature_delta) first;
-- echo_key: the text quotes the request's key (a test of stream key scrubbing).
+- echo_key: the text quotes the request's key (a test of stream key scrubbing);
+- a web search or web fetch tool (and no client tool called): one use of it before the text
+  (``standin/server_tools.py``).
 
 A key's ``shapes`` (config.SHAPES) add what real answers carry: ``caller`` puts
 ``"caller": {"type": "direct"}`` on tool_use blocks; ``parallel_tools`` answers with a tool_use
@@ -45,6 +47,8 @@ class Reply:
     stop_sequence: object
     output_tokens: int
     stop_details: object = None
+    server_tool_use: object = None  # usage's server_tool_use counts, when a server tool ran
+    extra_input_tokens: int = 0  # what a server tool's result added to the input
 
 
 def _text_block(text):
@@ -157,10 +161,13 @@ REFUSAL_DETAILS = {
 LEAD_IN = "Let me think about this."
 
 
-def plan_reply(body, new_id, echo=None, refuse=False, shapes=()):
+def plan_reply(body, new_id, echo=None, refuse=False, shapes=(), extra_uses=0):
     """Plan the reply to a validated Messages request. ``echo`` is the key, for echo_key only;
     ``refuse`` answers as a safety classifier that declines: no content, ``stop_reason: refusal``;
-    ``shapes`` are the key's answer shapes (module docstring)."""
+    ``shapes`` are the key's answer shapes (module docstring); ``extra_uses`` reports that many
+    server-tool uses more than ran."""
+    from .server_tools import cite, plan_uses
+
     if refuse:
         return Reply([], "refusal", None, 1, dict(REFUSAL_DETAILS))
     messages = body["messages"]
@@ -212,6 +219,15 @@ def plan_reply(body, new_id, echo=None, refuse=False, shapes=()):
             )
         )
 
+    uses = None
+    if tool is None and not results and budget > 0 and stop_reason == "end_turn":
+        uses = plan_uses(body, user_text[:QUOTE_CHARS] or "(no text)", new_id, echo, extra_uses)
+    citation = None
+    if uses is not None:
+        server_blocks, citation, _, _ = uses
+        blocks.extend(server_blocks)
+        used += json_tokens(server_blocks[0].final["input"])
+
     if text is not None and stop_reason == "end_turn" and budget > 0:
         stop = _earliest_stop(text, body.get("stop_sequences"))
         if stop is not None:
@@ -221,7 +237,7 @@ def plan_reply(body, new_id, echo=None, refuse=False, shapes=()):
         elif stop is not None:
             stop_reason, stop_sequence = "stop_sequence", stop[1]
         used += text_tokens(text)
-        blocks.append(_text_block(text))
+        blocks.append(cite(_text_block(text), citation))
 
     called = [tool] if tool is not None else []
     if tool is not None and "parallel_tools" in shapes and choice.get("type") != "tool":
@@ -252,4 +268,6 @@ def plan_reply(body, new_id, echo=None, refuse=False, shapes=()):
     if budget == 0:
         stop_reason = "max_tokens"
     output_tokens = budget if stop_reason == "max_tokens" else max(used, 1)
-    return Reply(blocks, stop_reason, stop_sequence, output_tokens)
+    if uses is None:
+        return Reply(blocks, stop_reason, stop_sequence, output_tokens)
+    return Reply(blocks, stop_reason, stop_sequence, output_tokens, server_tool_use=uses[2], extra_input_tokens=uses[3])

@@ -61,20 +61,21 @@ def usage_report(query, requests, now):
                 key_id if "api_key_id" in groups else None,
                 model if "model" in groups else None,
             )
-            total = sums.setdefault(group, dict.fromkeys(("input", "read", "w5", "w1h", "output"), 0))
+            total = sums.setdefault(group, dict.fromkeys(("input", "read", "w5", "w1h", "output", "web"), 0))
             creation = usage.get("cache_creation") or {}
             total["input"] += usage.get("input_tokens", 0)
             total["read"] += usage.get("cache_read_input_tokens", 0)
             total["w5"] += creation.get("ephemeral_5m_input_tokens", 0)
             total["w1h"] += creation.get("ephemeral_1h_input_tokens", 0)
             total["output"] += usage.get("output_tokens", 0)
+            total["web"] += (usage.get("server_tool_use") or {}).get("web_search_requests", 0)
         results = [
             {
                 "uncached_input_tokens": total["input"],
                 "cache_creation": {"ephemeral_1h_input_tokens": total["w1h"], "ephemeral_5m_input_tokens": total["w5"]},
                 "cache_read_input_tokens": total["read"],
                 "output_tokens": total["output"],
-                "server_tool_use": {"web_search_requests": 0},
+                "server_tool_use": {"web_search_requests": total["web"]},
                 "api_key_id": key_id,
                 "workspace_id": None,
                 "model": model,
@@ -107,11 +108,11 @@ def cost_report(query, requests, now, revision):
                 "amount": _cents(total),
                 "workspace_id": None,
                 "description": f"{model} {token_type}" if model else None,
-                "cost_type": "tokens" if model else None,
+                "cost_type": ("web_search" if token_type == "web_search" else "tokens") if model else None,
                 "context_window": None,
                 "model": model,
                 "service_tier": "standard" if model else None,
-                "token_type": token_type,
+                "token_type": None if token_type == "web_search" else token_type,
             }
             for (model, token_type), total in sorted(sums.items(), key=lambda item: tuple(x or "" for x in item[0]))
         ]
@@ -159,7 +160,12 @@ def _costs(usage, model, revision):
     )
     rates = price.rates_for(counts[0] + counts[1] + counts[2] + counts[3])
     per = (rates.input, rates.cache_read, rates.write_5m, rates.write_1h, rates.output)
-    return [(name, Fraction(count) * Fraction(rate)) for name, count, rate in zip(TOKEN_TYPES, counts, per) if count]
+    costs = [(name, Fraction(count) * Fraction(rate)) for name, count, rate in zip(TOKEN_TYPES, counts, per) if count]
+    # Web searches are billed per search on top of tokens, as their own row.
+    searches = (usage.get("server_tool_use") or {}).get("web_search_requests", 0)
+    if searches:
+        costs.append(("web_search", Fraction(searches * revision.server_tool_fees.get("web_search_requests", 0))))
+    return costs
 
 
 def _cents(nusd):

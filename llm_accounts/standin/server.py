@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from . import reports, wire
 from .cache import PromptCache
 from .config import RUNTIME_FIELDS, ConfigError, check_behaviour, check_settings, validate_config
-from .models import find_model, listed_models
+from .models import configured_model, find_model, listed_models
 from .replies import plan_reply
 from .tokens import prompt_units
 from .validation import Refusal, bad, check_prompt, validate
@@ -44,7 +44,7 @@ ADMIN_PATHS = frozenset(
     {"/v1/organizations/usage_report/messages", "/v1/organizations/cost_report", "/v1/organizations/api_keys"}
 )
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22)}
+_ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22), "srvtoolu": ("srvtoolu_01", 22)}
 
 
 def is_loopback(host):
@@ -101,6 +101,8 @@ class StandIn:
         # Admin API keys: each reads its organization's usage and cost reports (standin/reports.py).
         self._admin_keys = {entry["key"]: entry["organization"] for entry in config["admin_keys"]}
         self.report_delay = config["report_delay"]
+        # Models served besides the stand-in's own table (config "models").
+        self.extra_models = tuple(configured_model(entry) for entry in config["models"])
         self.revision = None  # the prices the cost report bills at; None: the shipped revision
         self._stopping = threading.Event()
         self._connections = set()
@@ -440,7 +442,7 @@ class _Exchange:
         self.entry["behaviour"] = behaviour
         if behaviour in wire.ERROR_STATUS:
             self._refuse_as(behaviour)
-        model = validate(body, messages=True, version=self.version)
+        model = validate(body, messages=True, version=self.version, extra_models=self.standin.extra_models)
         betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
         units, points, total = check_prompt(body, model, betas, force=behaviour)
         if behaviour in wire.STREAM_ERRORS and not stream:
@@ -458,11 +460,12 @@ class _Exchange:
             echo=self.presented if behaviour == "echo_key" else None,
             refuse=behaviour == "refusal",
             shapes=self.key.shapes,
+            extra_uses=1 if behaviour == "search_overrun" else 0,
         )
         message_id = self.standin._new_id("msg")
         # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
         self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
-        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo)
+        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo, reply)
         delay = self.key.delay if behaviour == "slow" else 0.0
         if delay:
             self.standin._stopping.wait(delay)
@@ -480,7 +483,7 @@ class _Exchange:
         body = self._json_body(raw)
         if not self._standing_behaviour():
             return
-        validate(body, messages=False, version=self.version)
+        validate(body, messages=False, version=self.version, extra_models=self.standin.extra_models)
         for name in NOT_COUNTED:
             if name in body:
                 raise bad(f"{name}: Extra inputs are not permitted")
@@ -495,7 +498,7 @@ class _Exchange:
             limit = 0
         if not 1 <= limit <= 1000:
             raise bad("limit: Input should be an integer between 1 and 1000")
-        models = listed_models()
+        models = listed_models(self.standin.extra_models)
         ids = [model.id for model in models]
         after, before = self.query.get("after_id", [None])[0], self.query.get("before_id", [None])[0]
         if before in ids:
@@ -521,7 +524,7 @@ class _Exchange:
         self.entry["model"] = name
         if not self._standing_behaviour():
             return
-        model = find_model(name)
+        model = find_model(name, self.standin.extra_models)
         if model is None:
             raise Refusal(404, "not_found_error", f"model: {name}")
         self._send_json(200, model.as_json())

@@ -27,7 +27,7 @@ def bad(message):
     return Refusal(400, "invalid_request_error", message)
 
 
-def validate(body, *, messages, version):
+def validate(body, *, messages, version, extra_models=()):
     """Check a Messages (or count_tokens) body the way the API does; returns the served Model."""
     required = ("model", "messages", "max_tokens") if messages else ("model", "messages")
     for name in required:
@@ -105,7 +105,7 @@ def validate(body, *, messages, version):
         for name in REMOVED_IN_2026_10_21:
             if name in body:
                 raise bad(f"{name}: Extra inputs are not permitted")
-    model = find_model(body["model"])
+    model = find_model(body["model"], extra_models)
     if model is None:
         raise Refusal(404, "not_found_error", f"model: {body['model']}")
     return model

@@ -128,11 +128,12 @@ def ratelimit_headers(now, *, limited=False, retry_after=1, input_tokens=0):
     }
 
 
-def usage(plan, output_tokens, inference_geo="not_available"):
+def usage(plan, output_tokens, inference_geo="not_available", reply=None):
     """A message's full usage object (section 2.1), in the recorded key order. ``inference_geo``
-    is what the key reports (``global`` on the Claude 4.6+ models; ``not_available`` before)."""
-    return {
-        "input_tokens": plan.input_tokens,
+    is what the key reports (``global`` on the Claude 4.6+ models; ``not_available`` before); a
+    reply that ran a server tool adds its result's input tokens and its ``server_tool_use`` counts."""
+    out = {
+        "input_tokens": plan.input_tokens + _extra_input(reply),
         "cache_creation_input_tokens": plan.cache_creation_input_tokens,
         "cache_read_input_tokens": plan.cache_read_input_tokens,
         "cache_creation": {
@@ -143,16 +144,36 @@ def usage(plan, output_tokens, inference_geo="not_available"):
         "service_tier": "standard",
         "inference_geo": inference_geo,
     }
+    return _with_tool_uses(out, reply)
 
 
-def delta_usage(plan, output_tokens):
+def delta_usage(plan, output_tokens, reply=None):
     """message_delta usage: cumulative, input and cache counts repeated, no TTL breakdown (section 3.3)."""
-    return {
-        "input_tokens": plan.input_tokens,
-        "cache_creation_input_tokens": plan.cache_creation_input_tokens,
-        "cache_read_input_tokens": plan.cache_read_input_tokens,
-        "output_tokens": output_tokens,
-    }
+    return _with_tool_uses(
+        {
+            "input_tokens": plan.input_tokens + _extra_input(reply),
+            "cache_creation_input_tokens": plan.cache_creation_input_tokens,
+            "cache_read_input_tokens": plan.cache_read_input_tokens,
+            "output_tokens": output_tokens,
+        },
+        reply,
+    )
+
+
+def _extra_input(reply):
+    return getattr(reply, "extra_input_tokens", 0)
+
+
+def _with_tool_uses(out, reply):
+    counts = getattr(reply, "server_tool_use", None)
+    if not counts:
+        return out
+    ordered = {}
+    for name, value in out.items():
+        ordered[name] = value
+        if name == "output_tokens":
+            ordered["server_tool_use"] = {"web_search_requests": 0, "web_fetch_requests": 0, **counts}
+    return ordered
 
 
 def message(model_id, message_id, content, stop_reason, stop_sequence, usage_object, stop_details=None, null_details=False):
@@ -231,7 +252,7 @@ def stream_events(model_id, message_id, reply, plan, *, stop_after=None, null_de
         "type": "message_delta",
         "delta": {"stop_reason": reply.stop_reason, "stop_sequence": reply.stop_sequence,
                   **({"stop_details": reply.stop_details} if reply.stop_details is not None or null_details else {})},
-        "usage": delta_usage(plan, reply.output_tokens),
+        "usage": delta_usage(plan, reply.output_tokens, reply),
     }))
     events.append(("message_stop", {"type": "message_stop"}))
     return events

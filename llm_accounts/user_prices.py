@@ -1,0 +1,193 @@
+"""The user's own price revisions: ``<llm user dir>/llm-accounts/prices/<revision>.json``
+(docs/pricing.md "Your own price revisions").
+
+``llm accounts prices add FILE`` validates a file as strictly as the shipped revision
+(``pricing.parse_price_file``), checks that no string in it holds a run of a declared key, and
+copies it here whole or not at all; a file put here by hand is read the same way. A file that
+breaks a rule is not used, and each command that reads prices says so in one coded line; the
+others still are. Each revision's id is ``user:<revision>``, recorded on every attempt it
+prices, so the attempt can still be settled later from this file.
+"""
+
+import os
+import pathlib
+import re
+import sys
+import tempfile
+
+from . import pricing
+from .errors import AccountsError
+from .paths import FileProblem, read_limited, user_dir
+
+SUBDIR = ("llm-accounts", "prices")
+SUFFIX = ".json"
+_SHOWN_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,63}\.json")
+
+# What each file was read as, by (name, size, mtime, inode): files are read again only when they
+# change, so a prompt reading the prices costs a directory listing.
+_read = {}
+_warned = set()
+
+
+def prices_dir():
+    return user_dir().joinpath(*SUBDIR)
+
+
+def shown_name(name):
+    """A file name as it may be printed: one shaped like a revision id, else a description (a
+    name is the user's text and could hold anything)."""
+    if _SHOWN_NAME.fullmatch(name) and not pricing.looks_like_key(name):
+        return name
+    return "a file whose name is not <revision>.json"
+
+
+def _problem(name, error):
+    return AccountsError("declaration_invalid", f"price file {shown_name(name)} in {prices_dir()}: {error}")
+
+
+def _read_file(path, origin=pricing.USER):
+    """``(Revision, None)`` or ``(None, reason)`` for one file."""
+    try:
+        raw = read_limited(path)  # docs/security.md "Files read"
+    except FileNotFoundError:
+        return None, "does not exist"
+    except FileProblem as error:
+        return None, error.reason
+    try:
+        revision = pricing.parse_price_file(raw, origin)
+    except ValueError as error:  # PriceFileError, or a field reader's own ValueError: both name paths
+        return None, str(error)
+    return revision, None
+
+
+def load_user_revisions(directory=None):
+    """``(revisions, problems)``: every revision in the directory that passes, and an
+    ``AccountsError`` per file that does not (it is skipped; a warning says so once)."""
+    directory = pathlib.Path(directory or prices_dir())
+    try:
+        names = sorted(entry.name for entry in os.scandir(directory) if entry.name.endswith(SUFFIX))
+    except FileNotFoundError:
+        return [], []
+    except OSError:
+        return [], [AccountsError("declaration_invalid", f"{directory}: the price directory could not be read")]
+    revisions, problems = [], []
+    for name in names:
+        if name.startswith("."):
+            continue  # a copy being written (add writes a temporary file, then renames it)
+        path = directory / name
+        try:
+            info = path.stat()
+            signature = (str(path), info.st_size, info.st_mtime_ns, info.st_ino)
+        except OSError:
+            signature = None
+        if signature is not None and signature in _read:
+            revision, reason = _read[signature]
+        else:
+            revision, reason = _read_file(path)
+            if reason is None and revision.id != pricing.USER_PREFIX + name[: -len(SUFFIX)]:
+                revision, reason = None, "its name must be its revision id followed by .json"
+            if signature is not None:
+                _read[signature] = (revision, reason)
+        if reason is not None:
+            problem = _problem(name, reason)
+            problems.append(problem)
+            if signature not in _warned:
+                _warned.add(signature)
+                print(f"Warning: {problem} (the file is not used)", file=sys.stderr)
+            continue
+        revisions.append(revision)
+    return revisions, problems
+
+
+def load_user_revision(revision_id):
+    """The user revision ``user:<revision>``, to settle an attempt it priced."""
+    name = revision_id[len(pricing.USER_PREFIX):]
+    if not pricing.REVISION_ID.fullmatch(name):
+        raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
+    for revision in load_user_revisions()[0]:
+        if revision.id == revision_id:
+            return revision
+    raise AccountsError(
+        "unsupported_pricing",
+        f"price revision {revision_id} is not among the price files in {prices_dir()} "
+        "(llm accounts prices add puts it back)",
+    )
+
+
+def read_candidate(path, holds=None):
+    """Validate the file at ``path`` for ``add``: a ``Revision``, or ``AccountsError``
+    declaration_invalid naming the field and the rule. ``holds`` tests a string for a run of a
+    declared key (``scrub.run_detector``); such a file is refused without saying where."""
+    revision, reason = _read_file(path)
+    if reason is not None:
+        raise AccountsError("declaration_invalid", f"FILE: {reason}; nothing was added")
+    if holds is not None:
+        for where, text in strings(revision):
+            if holds(text):
+                raise AccountsError(
+                    "declaration_invalid", f"FILE: {where}: must not hold an API key (it holds a run of a declared key); nothing was added"
+                )
+    return revision
+
+
+def strings(revision):
+    """``(field path, text)`` for every string of a revision that is shown or stored."""
+    yield "revision", revision.id[len(pricing.USER_PREFIX):] if revision.is_user else revision.id
+    for index, text in enumerate(revision.sources):
+        yield f"sources[{index}]", text
+    for index, text in enumerate(revision.notes):
+        yield f"notes[{index}]", text
+    for index, price in enumerate(revision.models.values()):
+        yield f"models[{index}].id", price.id
+        yield f"models[{index}].display_name", price.display_name
+        for position, alias in enumerate(price.aliases):
+            yield f"models[{index}].aliases[{position}]", alias
+
+
+def add(path, revision, replace=False):
+    """Copy the validated file at ``path`` (its bytes, as validated) into the directory as
+    ``<revision>.json``, whole or not at all; returns the destination."""
+    try:
+        raw = read_limited(path)
+        same = pricing.parse_price_file(raw, pricing.USER) == revision
+    except (OSError, FileProblem, ValueError):
+        same = False
+    if not same:
+        raise AccountsError("declaration_invalid", "FILE: it changed while it was read; nothing was added")
+    directory = prices_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    destination = directory / (revision.id[len(pricing.USER_PREFIX):] + SUFFIX)
+    if destination.exists() and not replace:
+        raise AccountsError(
+            "declaration_invalid",
+            f"price revision {revision.id} already exists ({destination}); add --replace to replace it",
+        )
+    fd, temp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(raw)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temp, destination)
+    except BaseException:
+        try:
+            os.unlink(temp)
+        except FileNotFoundError:
+            pass
+        raise
+    return destination
+
+
+def remove(revision_id):
+    """Delete the user revision ``revision_id`` (with or without ``user:``); returns its path."""
+    name = revision_id[len(pricing.USER_PREFIX):] if revision_id.startswith(pricing.USER_PREFIX) else revision_id
+    if not pricing.REVISION_ID.fullmatch(name) or pricing.looks_like_key(name):
+        # The argument is not repeated: a key pasted as ID must not be echoed.
+        raise AccountsError("not_found", "ID: not a price revision id (see llm accounts prices)")
+    path = prices_dir() / (name + SUFFIX)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        # Not repeated either: it is the user's text.
+        raise AccountsError("not_found", f"ID: no price revision of yours has this id in {prices_dir()} (see llm accounts prices)") from None
+    return path
