@@ -62,8 +62,11 @@ TARGETS = {
                   ("fits", "within_warm_bound", "compare_utilization", "compare", "order", "budget_refusal", "verdict",
                    "_no_room", "spent_nusd", "_limits", "_no_token_room", "fits_spent", "ahead"),
                   ("tests/test_selection.py", "tests/test_ledger.py")),
-    "admission": ("llm_accounts/ledger/admission.py", ("reserve", "account_verdict", "select", "admit"),
+    "admission": ("llm_accounts/ledger/admission.py", ("reserve", "choose", "account_verdict", "select"),
                   ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
+    # The admission's write and its re-check under the account's lock (docs/architecture.md "Ledger").
+    "recheck": ("llm_accounts/ledger/recheck.py", ("Sql", "limit_sql", "condition", "admit", "_probe_free"),
+                ("tests/test_recheck_properties.py", "tests/test_ledger.py")),
     "settlement": ("llm_accounts/ledger/settlement.py", ("settle",),
                    ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
 }
@@ -78,6 +81,7 @@ WIDER = {
                   "tests/test_waiting_for_room.py"),
     "clock": ("tests/test_rule_guards.py",),
     "scrub": ("tests/test_properties.py", "tests/test_stream_scrub_tools.py"),
+    "recheck": ("tests/test_ledger_postgres_accounts.py", "tests/test_waiting_for_room.py", "tests/test_client_caps.py"),
     "admission": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
                   "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
     "settlement": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",

@@ -13,8 +13,10 @@ None sums attempt rows, so each costs the same at a thousand attempts or ten mil
 (docs/performance.md "Spend views at any length of history"): spend comes from the running
 totals the ledger keeps in ``month`` and ``day``, counts by outcome from ``month_outcome``, spend
 by model, client and conversation from ``month_model``, ``month_client`` and ``month_conversation``
-(all kept by triggers in the transaction that writes the attempt, llm_accounts/schema.py), and the one
-query that lists attempts walks the partial ``attempt_open`` index a page at a time.
+(all kept by triggers in the transaction that writes the attempt, llm_accounts/schema.py); the
+conversations, as many as a third of the attempts, are read from an index in the order shown and
+only up to the query's limit; and the one query that lists attempts walks the partial
+``attempt_open`` index a page at a time.
 """
 
 OPEN_PAGE = 100
@@ -357,13 +359,51 @@ SPEND_BY_CLIENT = _spend_by(
 )
 
 CONVERSATIONS_SHOWN = 1000
-"""Rows of ``spend_by_conversation``: the costliest conversations first."""
+"""Default rows of ``spend_by_conversation`` (its ``limit``), Datasette's own default cap on the rows a
+query returns (``max_returned_rows``)."""
 
-SPEND_BY_CONVERSATION = _spend_by(
-    "spend_by_conversation", "Spend by conversation",
-    f"Attempts, settled spend and open ceilings per credit period and llm conversation id, the "
-    f"costliest {CONVERSATIONS_SHOWN} first ('llm logs --cid ID' shows a conversation).",
-    "month_conversation", "conversation", "conversation", limit=CONVERSATIONS_SHOWN,
+_TOP_CONVERSATIONS = """select * from (
+    select month_utc, account, conversation, attempts, settled_nusd, open_nusd
+    from month_conversation
+    where {where}
+      and month_utc between coalesce(nullif(:month, ''), '0000-00') and coalesce(nullif(:month, ''), '9999-99')
+      and attempts > 0
+    order by month_utc desc, settled_nusd + open_nusd desc, {order}conversation
+    limit cast(coalesce(nullif(:limit, ''), {shown}) as integer)
+    offset cast(coalesce(nullif(:offset, ''), 0) as integer)
+  )"""
+
+SPEND_BY_CONVERSATION = Query(
+    name="spend_by_conversation",
+    title="Spend by conversation",
+    description=(
+        "Attempts, settled spend and open ceilings per credit period, account and llm conversation id "
+        "('llm logs --cid ID' shows a conversation), the costliest first (settled plus held): "
+        f"the first 'limit' rows (default {CONVERSATIONS_SHOWN}, also Datasette's cap on rows "
+        "returned), after skipping 'offset' rows (default 0): give offset=1000 for the next "
+        f"{CONVERSATIONS_SHOWN}. 'llm accounts spend --by conversation' says how many a period holds. "
+        "A conversation moved to another account has a row per account. Settled is what settled "
+        "attempts cost; open ceilings are held for attempts whose outcome is not known yet, and are "
+        "not spent. Filter by account and credit period (YYYY-MM)."
+    ),
+    params=("account", "month", "limit", "offset"),
+    # Two branches, one per index (llm_accounts/schema.py "month_conversation_top"): the one whose
+    # account condition is false is skipped whole; the other walks its index in order and stops
+    # at the limit, so the query reads limit + offset rows however many conversations there are.
+    sql=f"""with top as (
+  {_TOP_CONVERSATIONS.format(where=":account = ''", order="account, ", shown=CONVERSATIONS_SHOWN)}
+  union all
+  {_TOP_CONVERSATIONS.format(where="account = :account", order="", shown=CONVERSATIONS_SHOWN)}
+)
+select
+  month_utc as credit_period,
+  account,
+  conversation,
+  attempts,
+  {usd_sql("settled_nusd")} as settled_usd,
+  {usd_sql("open_nusd")} as open_ceilings_usd
+from top
+order by credit_period desc, settled_nusd + open_nusd desc, account, conversation""",
 )
 
 

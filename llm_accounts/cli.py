@@ -1352,20 +1352,28 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
 @click.option("--period", metavar="YYYY-MM", help="Credit period (default: the current one)")
 @click.option("--account", metavar="NAME", help="Only this account's spend")
 @click.option("--client", metavar="LABEL", help="Only attempts with this client label")
+@click.option("--limit", type=click.IntRange(1), metavar="N",
+              help="With --by conversation: the N costliest (default 20)")
 @click.option("json_", "--json", is_flag=True, help="Output JSON (money in nanodollars)")
 @click.option("csv_", "--csv", is_flag=True, help="Output CSV (money as nanodollars and exact dollars)")
-def spend(by, period, account, client, json_, csv_):
+def spend(by, period, account, client, limit, json_, csv_):
     """Spend of one credit period by account, model, client label, conversation or UTC day.
 
     Settled is what settled attempts cost; held is the ceilings of open attempts, still counted
     against the budget until they settle or are reconciled: held is never shown as spent. Models
     are the requested ones. With --by client, attempts without a label are listed as "(none)".
 
+    With --by conversation, the costliest conversations come first (settled plus held), with the
+    account each spent on, 20 unless --limit says; a line after the table (on stderr with --csv;
+    "more" in --json) says how many more the period holds, and the total covers them all. A conversation moved to another account
+    ('llm accounts rebind') has a row per account.
+
     \b
     Example:
         llm accounts spend
         llm accounts spend --by model --period 2026-11
         llm accounts spend --by day --account work --csv
+        llm accounts spend --by conversation --limit 5
         llm accounts spend --by conversation --client nightly --json
     """
     import re
@@ -1381,29 +1389,47 @@ def spend(by, period, account, client, json_, csv_):
             period = clock.credit_month(clock.now())
         elif not re.fullmatch(r"\d{4}-(0[1-9]|1[0-2])", period):
             raise AccountsError("declaration_invalid", "--period: must be a credit period YYYY-MM, such as 2026-11")
-        rows = _ledger().spend_by(by, period, account=account, client=client)
+        if limit is not None and by != "conversation":
+            raise AccountsError("declaration_invalid", "--limit: only with --by conversation (the other views are a few rows)")
+        if by == "conversation":
+            # The costliest first, from an index, however many the period holds (docs/performance.md).
+            found = _ledger().spend_by_conversation(period, account=account, client=client, limit=limit or 20)
+            rows, more = found["rows"], found["more"]
+            total = {name: found["total"][name] for name in ("attempts", "settled_nusd", "open_nusd")}
+        else:
+            rows, more = _ledger().spend_by(by, period, account=account, client=client), 0
+            total = {name: sum(row[name] for row in rows) for name in ("attempts", "settled_nusd", "open_nusd")}
     except AccountsError as error:
         fail(error)
-    total = {name: sum(row[name] for row in rows) for name in ("attempts", "settled_nusd", "open_nusd")}
+    extra = ("account",) if by == "conversation" else ()
     if json_:
-        echo_json({"period": period, "by": by, "rows": [{by: row["key"], **{k: row[k] for k in total}} for row in rows],
-                   "total": total})
+        listed = [{by: row["key"], **{k: row[k] for k in extra + tuple(total)}} for row in rows]
+        echo_json({"period": period, "by": by, "rows": listed, "total": total, **({"more": more} if extra else {})})
         return
     if csv_:
-        _echo_csv((by, "attempts", "settled_nusd", "open_nusd", "settled_usd", "held_usd"), (
-            (row["key"], row["attempts"], row["settled_nusd"], row["open_nusd"], usd_exact(row["settled_nusd"]),
-             usd_exact(row["open_nusd"])) for row in rows
+        _echo_csv((by, *extra, "attempts", "settled_nusd", "open_nusd", "settled_usd", "held_usd"), (
+            (row["key"], *(row[k] for k in extra), row["attempts"], row["settled_nusd"], row["open_nusd"],
+             usd_exact(row["settled_nusd"]), usd_exact(row["open_nusd"])) for row in rows
         ))
+        if more > 0:  # on stderr, so the CSV stays rows only
+            click.echo(_more_conversations(more, len(rows)), err=True)
         return
     if not rows:
         click.echo(f"No attempts in credit period {period}")
         return
-    table = [(by, "attempts", "settled", "held (open)")]
-    for row in rows + [dict(total, key="total")]:
+    table = [(by, *extra, "attempts", "settled", "held (open)")]
+    for row in rows + [dict(total, key="total", account="")]:
         key = "(none)" if row["key"] is None else row["key"]
-        table.append((key, row["attempts"], usd_fine(row["settled_nusd"]), usd_fine(row["open_nusd"])))
+        table.append((key, *(row[k] for k in extra), row["attempts"], usd_fine(row["settled_nusd"]),
+                      usd_fine(row["open_nusd"])))
     click.echo(f"Credit period {period}")
     _table(table)
+    if more > 0:
+        click.echo(_more_conversations(more, len(rows)))
+
+
+def _more_conversations(more, shown):
+    return f"and {more:,} more conversation{'s' if more != 1 else ''}; show them with --limit {shown + more}"
 
 
 @accounts.command()

@@ -166,7 +166,7 @@ def read_count(raw, holds, account=None):
 def _read_bounded(response):
     """At most ``ANSWER_LIMIT`` + 1 bytes of a 200 answer's decoded body."""
     chunks, size = [], 0
-    for chunk in response.iter_bytes():
+    for chunk in transport.bounded_chunks(response, ANSWER_LIMIT):
         chunks.append(chunk)
         size += len(chunk)
         if size > ANSWER_LIMIT:
@@ -176,7 +176,7 @@ def _read_bounded(response):
 
 async def _aread_bounded(response):
     chunks, size = [], 0
-    async for chunk in response.aiter_bytes():
+    async for chunk in transport.abounded_chunks(response, ANSWER_LIMIT):
         chunks.append(chunk)
         size += len(chunk)
         if size > ANSWER_LIMIT:

@@ -68,8 +68,12 @@ class Book:
         return self.revision_of(request.get("model") if isinstance(request, dict) else None)
 
 
-def build(shipped, user_revisions, problems=()):
-    """The ``Book`` of ``shipped`` and the user's revisions, by the rule above."""
+def build(shipped, user_revisions, problems=(), today=None):
+    """The ``Book`` of ``shipped`` and the user's revisions, by the rule above.
+
+    ``today`` (a ``YYYY-MM-DD`` UTC date; None: no date is checked) keeps a shipped price in
+    force until the user revision replacing it applies: a price cut announced for next month
+    must not settle this month's attempts below what the provider bills for them."""
     entries = [Entry(price, shipped, True) for price in shipped.models.values()]
     ordered = sorted(user_revisions, key=lambda revision: (revision.applies_from, revision.id))
     for revision in ordered:
@@ -77,6 +81,10 @@ def build(shipped, user_revisions, problems=()):
             names = {price.id, *price.aliases}
             holders = [i for i, e in enumerate(entries) if e.in_force and names & {e.price.id, *e.price.aliases}]
             shipped_holders = [i for i in holders if entries[i].revision is shipped]
+            if shipped_holders and today is not None and revision.applies_from > today:
+                why = f"the shipped revision {shipped.id} prices it until this revision applies from {revision.applies_from}"
+                entries.append(Entry(price, revision, False, why))
+                continue
             if shipped_holders and not (revision.overrides_shipped and revision.applies_from > shipped.applies_from):
                 why = (
                     f"the shipped revision {shipped.id} prices it"
@@ -102,5 +110,7 @@ def current():
     """The book in force now: the newest shipped revision and the user's price files."""
     from .user_prices import load_user_revisions
 
+    from . import clock
+
     revisions, problems = load_user_revisions()
-    return build(pricing.current_revision(), revisions, problems)
+    return build(pricing.current_revision(), revisions, problems, today=clock.utc_day(clock.now()))

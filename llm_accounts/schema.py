@@ -364,6 +364,15 @@ CREATE TABLE IF NOT EXISTS month_conversation (
     PRIMARY KEY (month_utc, provider, account, conversation)
 ) WITHOUT ROWID;
 
+-- The costliest conversations of a period first (docs/performance.md "Spend views at any length
+-- of history"): spend_by_conversation and `spend --by conversation` read the first rows of one of
+-- these in order and stop at their limit, however many conversations the period holds. The second
+-- serves one account's. Each carries the figures shown (covering), so no row is looked up.
+CREATE INDEX IF NOT EXISTS month_conversation_top ON month_conversation
+    (month_utc DESC, (settled_nusd + open_nusd) DESC, account, conversation, attempts, settled_nusd, open_nusd);
+CREATE INDEX IF NOT EXISTS month_conversation_account_top ON month_conversation
+    (account, month_utc DESC, (settled_nusd + open_nusd) DESC, conversation, attempts, settled_nusd, open_nusd);
+
 CREATE TRIGGER IF NOT EXISTS attempt_conversation_insert AFTER INSERT ON attempt WHEN NEW.scope_kind = 'conversation' BEGIN
     INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
     VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.scope_id, 1, COALESCE(NEW.cost_nusd, 0),
@@ -387,6 +396,43 @@ CREATE TRIGGER IF NOT EXISTS attempt_conversation_delete AFTER DELETE ON attempt
         open_nusd = open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
     WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account
         AND conversation = OLD.scope_id;
+END;
+
+-- Per credit period and account, all of its conversations together: how many month_conversation
+-- rows have attempts, and their sums. `spend --by conversation` reads it for its total and its
+-- "N more" line, so neither counts the period's conversations. Kept by triggers on
+-- month_conversation itself (an upsert fires the insert trigger or the update one, never both).
+CREATE TABLE IF NOT EXISTS month_conversation_total (
+    month_utc      TEXT NOT NULL,
+    provider       TEXT NOT NULL,
+    account        TEXT NOT NULL,
+    conversations  INTEGER NOT NULL DEFAULT 0,   -- month_conversation rows with attempts
+    attempts       INTEGER NOT NULL DEFAULT 0,
+    settled_nusd   INTEGER NOT NULL DEFAULT 0,
+    open_nusd      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (month_utc, provider, account)
+) WITHOUT ROWID;
+
+CREATE TRIGGER IF NOT EXISTS month_conversation_total_insert AFTER INSERT ON month_conversation BEGIN
+    INSERT INTO month_conversation_total (month_utc, provider, account, conversations, attempts, settled_nusd, open_nusd)
+    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.attempts > 0, NEW.attempts, NEW.settled_nusd, NEW.open_nusd)
+    ON CONFLICT DO UPDATE SET conversations = conversations + excluded.conversations,
+        attempts = attempts + excluded.attempts, settled_nusd = settled_nusd + excluded.settled_nusd,
+        open_nusd = open_nusd + excluded.open_nusd;
+END;
+
+CREATE TRIGGER IF NOT EXISTS month_conversation_total_update AFTER UPDATE ON month_conversation BEGIN
+    UPDATE month_conversation_total SET conversations = conversations + (NEW.attempts > 0) - (OLD.attempts > 0),
+        attempts = attempts + NEW.attempts - OLD.attempts, settled_nusd = settled_nusd + NEW.settled_nusd - OLD.settled_nusd,
+        open_nusd = open_nusd + NEW.open_nusd - OLD.open_nusd
+    WHERE month_utc = NEW.month_utc AND provider = NEW.provider AND account = NEW.account;
+END;
+
+CREATE TRIGGER IF NOT EXISTS month_conversation_total_delete AFTER DELETE ON month_conversation BEGIN
+    UPDATE month_conversation_total SET conversations = conversations - (OLD.attempts > 0),
+        attempts = attempts - OLD.attempts, settled_nusd = settled_nusd - OLD.settled_nusd,
+        open_nusd = open_nusd - OLD.open_nusd
+    WHERE month_utc = OLD.month_utc AND provider = OLD.provider AND account = OLD.account;
 END;
 
 -- Warm prefixes at work, per credit period and account (docs/architecture.md "Warm prefixes"): new
@@ -523,11 +569,21 @@ SELECT month_utc, provider, account, scope_id, COUNT(*), COALESCE(SUM(cost_nusd)
        COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
 FROM attempt WHERE scope_kind = 'conversation' GROUP BY month_utc, provider, account, scope_id
 """,
+    # Filled from month_conversation when an open creates it (in either order with month_conversation's
+    # own backfill: that one's inserts reach this table through its triggers).
+    "month_conversation_total": """
+DELETE FROM month_conversation_total;
+INSERT INTO month_conversation_total (month_utc, provider, account, conversations, attempts, settled_nusd, open_nusd)
+SELECT month_utc, provider, account, SUM(CASE WHEN attempts > 0 THEN 1 ELSE 0 END), SUM(attempts), SUM(settled_nusd),
+       SUM(open_nusd)
+FROM month_conversation GROUP BY month_utc, provider, account
+""",
 }
 
 TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                "day", "month_outcome", "month_client",  # issue 14's totals, gained on open
                "month_model", "month_conversation",  # issue 23, gained on open
+               "month_conversation_total",  # issue 23 (conversations at scale), gained on open
                "warm_month",  # warm_month: issue 13, gained on open
                "host_health",  # per-host transport health (issue 25), gained on open
                "budget_warning",  # thresholds warned of (issue 23), gained on open

@@ -255,6 +255,7 @@ class Facts:
     host_probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
+    stamp: str | None = None  # its health rows as read, for the re-check under its lock (llm_accounts.ledger.recheck)
 
     @property
     def spent_nusd(self):
@@ -460,8 +461,7 @@ def verdict(
                     f"client {client}'s token cap needs a token ceiling",
                 )
         else:
-            used, open_ = client_token_totals
-            limits.append(Limit("token cap", used, open_, token_cap, ceiling_tokens, counts.get("token cap", NONE_OPEN), tokens=True))
+            limits.append(_token_limit(token_cap, ceiling_tokens, client_token_totals, counts))
     for lim in limits:
         if not lim.fits():
             v.limit = lim
@@ -489,6 +489,23 @@ def _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahea
         settled, open_ = client_totals
         limits.append(Limit("cap", settled, open_, cap, ceiling, counts.get("cap", NONE_OPEN)))
     return limits
+
+
+def _token_limit(token_cap, ceiling_tokens, client_token_totals, counts):
+    used, open_ = client_token_totals
+    return Limit("token cap", used, open_, token_cap, ceiling_tokens, counts.get("token cap", NONE_OPEN), tokens=True)
+
+
+def limits(account, f, budget, ceiling, client=None, day_totals=(0, 0), client_totals=(0, 0), ahead=(0, 0),
+           ceiling_tokens=None, client_token_totals=(0, 0)):
+    """Every limit ``verdict`` checks an attempt against, in its order: the ones an admission
+    re-checks under the account's lock (``llm_accounts.ledger.recheck`` builds its SQL from these, so the
+    rule has one home: docs/architecture.md "Ledger on PostgreSQL")."""
+    found = _limits(account, f, budget, ceiling, client, day_totals, client_totals, ahead, {})
+    token_cap = client_token_cap(account, client)
+    if token_cap is not None and ceiling_tokens is not None:
+        found.append(_token_limit(token_cap, ceiling_tokens, client_token_totals, {}))
+    return found
 
 
 def _words(lim, name, client, now):

@@ -13,24 +13,34 @@ execution inside the tool, which the price revision does not price (docs/pricing
 
 from typing import List, Optional
 
+import click
 import llm
 
 from . import tool_bounds
 
 
-def _positive(value, name):
+class ArgumentError(click.ClickException, ValueError):
+    """A tool argument that breaks its rule: one ``declaration_invalid`` line from llm's CLI, which
+    shows a ClickException and nothing else from ``-T``, and a ValueError from Python, as
+    llm-anthropic raises. It names the argument and the rule, never the value (docs/errors.md)."""
+
+    def __init__(self, tool, rule):
+        super().__init__(f"declaration_invalid: {tool}: {rule}")
+
+
+def _positive(tool, value, name):
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise ValueError(f"{name} must be a positive integer")
+        raise ArgumentError(tool, f"{name} must be a positive integer")
 
 
-def _domains(allowed, blocked):
+def _domains(tool, allowed, blocked):
     if allowed is not None and blocked is not None:
-        raise ValueError("Cannot specify both allowed_domains and blocked_domains")
+        raise ArgumentError(tool, "Cannot specify both allowed_domains and blocked_domains")
     for name, domains in (("allowed_domains", allowed), ("blocked_domains", blocked)):
         if domains is not None and not (
             isinstance(domains, list) and all(isinstance(domain, str) and domain for domain in domains)
         ):
-            raise ValueError(f"{name} must be a list of non-empty strings")
+            raise ArgumentError(tool, f"{name} must be a list of non-empty strings")
 
 
 class WebSearch(llm.ServerSideTool):
@@ -47,10 +57,10 @@ class WebSearch(llm.ServerSideTool):
         user_location: Optional[dict] = None,
     ):
         super().__init__()
-        _positive(max_uses, "max_uses")
-        _domains(allowed_domains, blocked_domains)
+        _positive("WebSearch", max_uses, "max_uses")
+        _domains("WebSearch", allowed_domains, blocked_domains)
         if user_location is not None and not isinstance(user_location, dict):
-            raise ValueError("user_location must be a dictionary")
+            raise ArgumentError("WebSearch", "user_location must be a dictionary")
         self.max_uses = max_uses
         self.allowed_domains = allowed_domains
         self.blocked_domains = blocked_domains
@@ -79,11 +89,11 @@ class WebFetch(llm.ServerSideTool):
         max_content_tokens: Optional[int] = None,
     ):
         super().__init__()
-        _positive(max_uses, "max_uses")
-        _positive(max_content_tokens, "max_content_tokens")
-        _domains(allowed_domains, blocked_domains)
+        _positive("WebFetch", max_uses, "max_uses")
+        _positive("WebFetch", max_content_tokens, "max_content_tokens")
+        _domains("WebFetch", allowed_domains, blocked_domains)
         if not isinstance(citations, bool):
-            raise ValueError("citations must be a boolean")
+            raise ArgumentError("WebFetch", "citations must be a boolean")
         self.max_uses = max_uses
         self.allowed_domains = allowed_domains
         self.blocked_domains = blocked_domains

@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.parse
 import weakref
+import zlib
 
 import httpx
 
@@ -196,6 +197,58 @@ class _BoundedBody:
         return classify.parse_error_body(b"".join(self.chunks)[: ERROR_BODY_LIMIT + 1])
 
 
+class _Undecodable(Exception):
+    """A body in an encoding the bounded reader does not decode."""
+
+
+def _decoder(response):
+    """A zlib decoder for the response's ``content-encoding`` (None for identity)."""
+    encoding = response.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 16)
+    if encoding == "deflate":
+        return zlib.decompressobj()
+    raise _Undecodable
+
+
+def bounded_chunks(response, limit):
+    """At most ``limit`` + 1 decoded bytes of a body, in pieces.
+
+    httpx decodes each raw read whole: one 64 KiB read of gzip can become ~64 MB before a bound
+    on decoded chunks sees it. Here each raw read is decoded only as far as the bound still
+    allows (docs/errors.md "Provider text is dropped"). An encoding other than identity, gzip
+    or deflate, or a broken one, ends the body: what was read is all there is.
+    """
+    try:
+        decoder, size = _decoder(response), 0
+        for chunk in response.iter_raw():
+            if decoder is not None:
+                chunk = decoder.decompress(chunk, limit + 1 - size)
+            size += len(chunk)
+            yield chunk
+            if size > limit:
+                return
+    except (_Undecodable, zlib.error):
+        return
+
+
+async def abounded_chunks(response, limit):
+    """``bounded_chunks`` for an async response."""
+    try:
+        decoder, size = _decoder(response), 0
+        async for chunk in response.aiter_raw():
+            if decoder is not None:
+                chunk = decoder.decompress(chunk, limit + 1 - size)
+            size += len(chunk)
+            yield chunk
+            if size > limit:
+                return
+    except (_Undecodable, zlib.error):
+        return
+
+
 def _socket_of(response):
     stream = response.extensions.get("network_stream")
     try:
@@ -218,7 +271,7 @@ def read_refusal(response):
 
     with _deadline(response, body.remaining(), expire):
         try:
-            for chunk in response.iter_bytes():
+            for chunk in bounded_chunks(response, ERROR_BODY_LIMIT):
                 if body.add(chunk):
                     break
         except httpx.HTTPError:
@@ -316,7 +369,7 @@ async def aread_refusal(response):
     body = _BoundedBody()
 
     async def read():
-        async for chunk in response.aiter_bytes():
+        async for chunk in abounded_chunks(response, ERROR_BODY_LIMIT):
             if body.add(chunk):
                 break
 

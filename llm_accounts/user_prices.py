@@ -9,6 +9,7 @@ others still are. Each revision's id is ``user:<revision>``, recorded on every a
 prices, so the attempt can still be settled later from this file.
 """
 
+import json
 import os
 import pathlib
 import re
@@ -122,12 +123,39 @@ def read_candidate(path, holds=None):
     if reason is not None:
         raise AccountsError("declaration_invalid", f"FILE: {reason}; nothing was added")
     if holds is not None:
-        for where, text in strings(revision):
+        # The revision's own strings first (their paths as the revision names them), then every
+        # string of the file as copied, which holds fields the revision does not keep (provider, unit).
+        for where, text in (*strings(revision), *_file_strings(path)):
             if holds(text):
                 raise AccountsError(
                     "declaration_invalid", f"FILE: {where}: must not hold an API key (it holds a run of a declared key); nothing was added"
                 )
     return revision
+
+
+def _file_strings(path):
+    """``(field path, text)`` for every string and field name of the file ``add`` copies whole."""
+    try:
+        data = json.loads(read_limited(path))
+    except (OSError, FileProblem, ValueError, RecursionError):
+        return [("FILE", "")]  # it changed since it was validated; add refuses it then
+
+    found = []
+
+    def walk(value, where):
+        if isinstance(value, str):
+            found.append((where, value))
+        elif isinstance(value, dict):
+            for name, item in value.items():
+                inner = f"{where}.{name}" if where else name
+                found.append((where or "FILE", name))
+                walk(item, inner)
+        elif isinstance(value, list):
+            for index, item in enumerate(value):
+                walk(item, f"{where}[{index}]")
+
+    walk(data, "")
+    return found
 
 
 def strings(revision):

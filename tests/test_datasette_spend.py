@@ -60,10 +60,58 @@ async def test_spend_by_client_lists_labelled_attempts(ds):
 @pytest.mark.asyncio
 async def test_spend_by_conversation_lists_the_costliest_first(ds):
     assert await rows(ds, "spend_by_conversation", month="2026-12") == [
-        ("2026-12", "c2", 1, "0.000000000", "2.000000000"),
-        ("2026-12", "c1", 2, "0.320000000", "0.000000000"),
-        ("2026-12", "c3", 1, "0.100000000", "0.000000000"),
+        ("2026-12", "home", "c2", 1, "0.000000000", "2.000000000"),
+        ("2026-12", "work", "c1", 2, "0.320000000", "0.000000000"),
+        ("2026-12", "work", "c3", 1, "0.100000000", "0.000000000"),
     ]
+
+
+@pytest.fixture(scope="module")
+def many_file(tmp_path_factory):
+    """tests/test_conversation_spend.py's history (equal totals, held ceilings, a moved
+    conversation), written once: the queries only read it."""
+    from test_conversation_spend import seeded
+
+    path = tmp_path_factory.mktemp("many") / "accounts-ledger.db"
+    with Ledger(path) as ledger:
+        seeded(ledger)
+    return path
+
+
+@pytest.fixture
+def many(many_file, monkeypatch):
+    with Ledger(many_file) as ledger:
+        expected = [tuple(row) for row in ledger._conn.execute(GROUPED)]
+    monkeypatch.setattr(clock, "now", lambda: T0 + DAY)
+    return Datasette([str(many_file)]), expected
+
+
+# The canned query's rows from a plain GROUP BY over the attempts, in its documented order.
+GROUPED = """
+SELECT month_utc, account, scope_id, COUNT(*),
+       printf('%d.%09d', COALESCE(SUM(cost_nusd), 0) / 1000000000, COALESCE(SUM(cost_nusd), 0) % 1000000000),
+       printf('%d.%09d', COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) / 1000000000,
+              COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) % 1000000000)
+FROM attempt WHERE scope_kind = 'conversation' GROUP BY 1, 2, 3
+ORDER BY 1 DESC, COALESCE(SUM(cost_nusd), 0) + COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) DESC, 2, 3
+"""
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("account, month", [("", ""), ("", "2026-12"), ("work", ""), ("home", "2026-12")])
+async def test_spend_by_conversation_equals_a_group_by_over_the_attempts(many, account, month):
+    ds, expected = many
+    expected = [row for row in expected if account in ("", row[1]) and month in ("", row[0])]
+    assert len(expected) > 2
+    assert await rows(ds, "spend_by_conversation", account=account, month=month) == expected
+
+
+@pytest.mark.asyncio
+async def test_spend_by_conversation_pages_with_limit_and_offset(many):
+    ds, expected = many
+    pages = [await rows(ds, "spend_by_conversation", limit=5, offset=offset) for offset in (0, 5, 10, 15)]
+    assert [len(page) for page in pages] == [5, 5, 2, 0]
+    assert sum(pages, []) == expected
 
 
 def panel(html, name):

@@ -34,7 +34,7 @@ HOLD = r"""
 import datetime as dt, sys, time
 point, stream, t0, base = sys.argv[1], sys.argv[2] == "stream", float(sys.argv[3]), sys.argv[4]
 from llm_accounts import clock, ledger
-from llm_accounts.ledger import admission, settlement
+from llm_accounts.ledger import recheck, settlement
 start = dt.datetime.fromisoformat(base)
 clock.now = lambda: start + dt.timedelta(seconds=time.time() - t0)
 import httpx, llm
@@ -60,7 +60,7 @@ def hold_at(cls, name, when, sleep=True):
 
 HOLDS = {
     "after_reserve": (ledger.Ledger, "reserve", "after"),
-    "inside_reserve_before_commit": (admission, "reserve", "after"),  # run inside the transaction
+    "inside_reserve_before_commit": (recheck, "admit", "after"),  # its write, short of the commit
     "after_response_before_settle": (ledger.Ledger, "settle", "before"),
     "inside_settle_before_commit": (settlement, "settle", "after"),
 }

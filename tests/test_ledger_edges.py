@@ -86,13 +86,17 @@ def first(events, wanted):
     return next(i for i, event in enumerate(events) if event == wanted)
 
 
-# 1. Time is read inside the transaction, after the write lock is taken
+# 1. Time: an admission reads the clock with its candidates, before its write; a settlement
+# reads it inside its transaction, after the write lock is taken
 
 
-def test_admission_reads_the_clock_after_begin_immediate(ledger, work, monkeypatch):
+def test_admission_reads_before_its_write_and_holds_the_write_lock_only_to_write(ledger, work, monkeypatch):
     events = traced_clock(ledger, monkeypatch, T0)
     ledger.reserve(conv("c1"), "a1", quote(), [work])
-    assert first(events, ["BEGIN", "IMMEDIATE"]) < first(events, ["clock.now"])
+    begin = first(events, ["BEGIN", "IMMEDIATE"])
+    assert first(events, ["clock.now"]) < begin
+    held = [event for event in events[begin + 1 : begin + first(events[begin:], ["COMMIT"])] if event[0] != "--"]
+    assert held and {event[0] for event in held} <= {"INSERT", "UPDATE", "DELETE"}
 
 
 def test_settlement_reads_the_clock_after_begin_immediate(ledger, work, monkeypatch):

@@ -58,16 +58,20 @@ if mode == "reader":
     samples = violations = mismatches = peak = 0
     wait_for_go()
     while not os.path.exists(stop):
+        # Per account: every limit is per account (one account, or disjoint groups of machines).
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        settled, opened = conn.execute(
-            "SELECT COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) FROM attempt"
-        ).fetchone()
-        kept = conn.execute("SELECT COALESCE(SUM(settled_nusd), 0), COALESCE(SUM(open_nusd), 0) FROM month").fetchone()
+        rows = dict((account, (int(settled), int(opened))) for account, settled, opened in conn.execute(
+            "SELECT account, COALESCE(SUM(cost_nusd), 0), COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) "
+            "FROM attempt GROUP BY account"
+        ))
+        kept = dict((name, (int(settled), int(opened))) for name, settled, opened in conn.execute(
+            "SELECT name, settled_nusd, open_nusd FROM month"
+        ))
         conn.execute("COMMIT")
         samples += 1
-        peak = max(peak, settled + opened)
-        violations += settled + opened > budget
-        mismatches += tuple(kept) != (settled, opened)
+        peak = max([peak] + [settled + opened for settled, opened in rows.values()])
+        violations += any(settled + opened > budget for settled, opened in rows.values())
+        mismatches += {k: v for k, v in kept.items() if v != (0, 0) or k in rows} != rows
     say(json.dumps({"samples": samples, "peak": int(peak), "violations": violations, "mismatches": mismatches}))
     sys.exit(0)
 
@@ -78,7 +82,7 @@ ledger = Ledger(url)
 
 if mode == "spend":
     index, budget, ceiling = int(rest[0]), int(rest[1]), int(rest[2])
-    accounts, rng = [Account("solo", budget)], random.Random(index)
+    accounts, rng = [Account(rest[3] if len(rest) > 3 else "solo", budget)], random.Random(index)
     wait_for_go()
     refusals, deadline = 0, time.time() + 20
     while refusals < 10 and time.time() < deadline:
@@ -198,6 +202,33 @@ def test_eight_machines_never_admit_past_a_small_budget_and_lose_no_row(tmp_path
     assert sampled["samples"] > 0
     assert (sampled["violations"], sampled["mismatches"]) == (0, 0)
     assert sampled["peak"] <= BUDGET
+
+
+def test_two_groups_of_machines_on_disjoint_accounts_interleave_and_never_admit_past_either_budget(tmp_path, url, machines):
+    """Admissions serialize per account (docs/architecture.md "Ledger on PostgreSQL"): three
+    machines spending on ``left`` and three on ``right`` interleave in the ledger's admission
+    order, and neither account's committed state ever exceeds its budget."""
+    stop = tmp_path / "stop"
+    reader = machines.start("reader", url, stop, BUDGET)
+    spenders = [machines.start("spend", url, index, BUDGET, CEILING, "left" if index % 2 else "right") for index in range(6)]
+    machines.release()
+    for spender in spenders:
+        machines.finish(spender)
+    stop.touch()
+    sampled = json.loads(machines.finish(reader)[-1])
+    with Ledger(url) as ledger:
+        rows = ledger.attempts(oldest_first=True)
+        assert ledger.audit() == []
+    order = [row["account"] for row in rows]
+    committed = {
+        name: sum(r["cost_nusd"] if r["state"] == "settled" else r["ceiling_nusd"] for r in rows if r["account"] == name)
+        for name in ("left", "right")
+    }
+    switches = sum(a != b for a, b in zip(order, order[1:]))
+    assert order.count("left") > 10 and order.count("right") > 10
+    assert switches >= 4  # each group admitted between two admissions of the other, more than once
+    assert sampled["samples"] > 0 and (sampled["violations"], sampled["mismatches"]) == (0, 0)
+    assert all(BUDGET - CEILING < total <= BUDGET for total in committed.values())  # each pushed against its cap
 
 
 def test_a_machine_killed_between_reserve_and_settle_leaves_its_ceiling_open(url, machines):

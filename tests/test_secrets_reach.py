@@ -207,3 +207,23 @@ def test_a_status_line_quoting_the_key_is_not_logged(canary_key, user_path, ledg
         llm.get_model(MODEL).prompt("hello", stream=False).text()
     assert any(record.name == "httpx" for record in caplog.records), "httpx did not log"
     assert_no_key_material(caplog.text, canary_key)
+
+
+COUNT_FAILURES = {
+    "unauthorized": FAILURES["unauthorized"],
+    "malformed": lambda request: Reply(200, {"content-type": "application/json"}, ('{"input_tokens": "%s"}' % PROVIDER_TEXT).encode()),
+}
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("failure", sorted(COUNT_FAILURES))
+def test_a_failed_token_count_leaves_nothing_reachable(hostile_account, canary_key, failure, use_async):
+    hostile_account.answer = COUNT_FAILURES[failure]
+    if use_async:
+        model = llm.get_async_model(MODEL)
+        with pytest.raises(AccountsError) as caught:
+            asyncio.run(model.count_tokens("hello"))
+    else:
+        with pytest.raises(AccountsError) as caught:
+            llm.get_model(MODEL).count_tokens("hello")
+    assert_nothing_reachable(caught.value, canary_key)

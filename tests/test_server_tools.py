@@ -104,6 +104,21 @@ def test_a_web_search_without_max_uses_is_refused_before_anything_is_reserved(st
     assert standin_account.requests == [] and attempts(ledger_path) == []
 
 
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ('WebSearch(max_uses="sk-ant-api03-pasted")', "WebSearch: max_uses must be a positive integer"),
+        ('WebSearch(max_uses=2, allowed_domains=["a.org"], blocked_domains=["b.org"])', "WebSearch: Cannot specify both"),
+        ('WebFetch(citations="yes")', "WebFetch: citations must be a boolean"),
+    ],
+)
+def test_a_server_tool_argument_that_breaks_its_rule_is_one_coded_line(standin_account, ledger_path, spec, says):
+    line = refused_line("-m", MODEL, "-T", spec, "Search")
+    assert line.startswith(f"Error: declaration_invalid: {says}"), line
+    assert "sk-ant" not in line and "pasted" not in line
+    assert standin_account.requests == [] and attempts(ledger_path) == []
+
+
 def test_code_execution_is_offered_only_to_be_refused_with_a_code(standin_account, ledger_path):
     assert CodeExecution in llm.get_model(MODEL).supported_server_side_tools
     with pytest.raises(llm.ModelError) as caught:

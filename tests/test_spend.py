@@ -185,7 +185,7 @@ def test_spend_by_day_counts_the_periods_first_day_in_the_last_calendar_month(fi
 
 def test_spend_by_conversation_with_a_client_filter(filled):
     rows = spend_json("--by", "conversation", "--client", "nightly")["rows"]
-    assert rows == [{"conversation": "c1", "attempts": 2, "settled_nusd": 320_000_000, "open_nusd": 0}]
+    assert rows == [{"conversation": "c1", "account": "work", "attempts": 2, "settled_nusd": 320_000_000, "open_nusd": 0}]
 
 
 def test_spend_of_an_earlier_period_for_one_account(filled):

@@ -414,6 +414,19 @@ def test_prices_add_refuses_a_file_holding_a_run_of_a_declared_key(nova_account,
     assert_no_key_material(result.output, nova_account.key)
 
 
+@pytest.mark.parametrize("field", ["provider", "unit"])
+def test_prices_add_refuses_a_run_of_a_declared_key_in_any_string_it_would_copy(nova_account, user_path, tmp_path, field):
+    # provider and unit are read but not kept in the revision; add copies the file's bytes whole.
+    source = write(tmp_path / "pasted.json", revision_data(**{field: nova_account.key[20:60]}))
+    result = accounts_cli("prices", "add", str(source))
+    assert result.exit_code == 1
+    assert result.output.strip() == (
+        f"Error: declaration_invalid: FILE: {field}: must not hold an API key "
+        "(it holds a run of a declared key); nothing was added"
+    )
+    assert not user_prices.prices_dir().exists() or not any(user_prices.prices_dir().iterdir())
+
+
 def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_path, tmp_path):
     from llm_accounts import cache_savings, provider_usage
 
@@ -456,3 +469,40 @@ def test_a_prompt_on_a_user_priced_model_can_be_counted(nova_priced, ledger_path
     [sent] = [r for r in nova_priced.requests if r["path"] == "/v1/messages/count_tokens"]
     assert sent["model"] == NOVA
     assert attempts(ledger_path) == []
+
+
+# A revision whose date is still to come (docs/pricing.md "Which price wins") ---------------------
+
+
+def _haiku_override_in(user_path, applies_from):
+    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000,
+             "rates": {name: 1 for name in NOVA_RATES}}
+    user_prices.prices_dir().mkdir(parents=True)
+    data = revision_data(revision="haiku-cut", applies_from=applies_from, overrides_shipped=True, models=[model])
+    write(user_prices.prices_dir() / "haiku-cut.json", data)
+
+
+def test_an_override_dated_after_today_does_not_price_prompts_yet(nova_account, user_path, ledger_path, monkeypatch):
+    import datetime
+
+    from llm_accounts import clock
+
+    monkeypatch.setattr(clock, "now", lambda: datetime.datetime(2026, 12, 4, 23, 59, 59, tzinfo=datetime.timezone.utc))
+    _haiku_override_in(user_path, "2026-12-05")
+    assert llm.get_model("claude-routed/claude-haiku-4-5").prompt("Hello").text()
+    [row] = attempts(ledger_path)
+    assert row["price_revision"] == pricing.current_revision().id
+    [unused] = [entry for entry in price_book.current().entries if entry.revision.is_user]
+    assert not unused.in_force and "applies from 2026-12-05" in unused.note
+
+
+def test_an_override_applies_from_its_own_date(nova_account, user_path, ledger_path, monkeypatch):
+    import datetime
+
+    from llm_accounts import clock
+
+    monkeypatch.setattr(clock, "now", lambda: datetime.datetime(2026, 12, 5, 0, 0, tzinfo=datetime.timezone.utc))
+    _haiku_override_in(user_path, "2026-12-05")
+    assert llm.get_model("claude-routed/claude-haiku-4-5").prompt("Hello").text()
+    [row] = attempts(ledger_path)
+    assert row["price_revision"] == "user:haiku-cut"

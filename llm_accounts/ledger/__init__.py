@@ -6,7 +6,8 @@ live in this package once, one module per concern, each small enough to read in 
 
 - ``api``: ``Ledger``, the public face: each method checks its arguments and runs one transaction
   of a rule module;
-- ``admission``: reserve, verdicts, selection, waiting for room, bindings;
+- ``admission``: reserve, verdicts, selection, waiting for room, bindings; ``recheck``: the
+  admission's write, re-checking the chosen account's limits under its lock;
 - ``settlement``: what an outcome writes (cost, health, warm prefixes, cache savings);
 - ``corrections``: reconcile, adjust, rebind, block, unblock, removed accounts;
 - ``reports``: status, the ladder, spend, attempts, audit, budget warnings (no write lock, but
@@ -21,11 +22,13 @@ live in this package once, one module per concern, each small enough to read in 
 The pure rules stay outside the package, shared with everything else: ``selection`` (verdicts,
 order), ``health`` (failure classes, dwells, probes), ``thresholds``, ``forecast``.
 
-Every operation is one transaction. A write takes the backend's write lock first (SQLite's
-``BEGIN IMMEDIATE``, PostgreSQL's transaction-scoped advisory lock), so "read the totals, check
-``S + R + C <= B``, insert the attempt" can never interleave with another process's admission: no
-read-check-write spans two transactions. A lock held past five seconds raises ``ledger_busy``; an
-unreadable or newer ledger raises ``ledger_unavailable`` and is never reset, replaced or deleted.
+Every write is one transaction holding the lock of each account it changes (SQLite's
+``BEGIN IMMEDIATE`` holds them all; PostgreSQL has an advisory lock per account). An admission
+reads and chooses without a lock, then ``recheck.admit`` inserts the attempt under the chosen
+account's lock only if ``S + R + C <= B`` and the account's other limits still hold, re-checked in
+the inserting statement; otherwise it reads again (docs/architecture.md "Ledger"). A lock held
+past five seconds raises ``ledger_busy``; an unreadable or newer ledger raises
+``ledger_unavailable`` and is never reset, replaced or deleted.
 
 Money is integer nanodollars. Each ``month`` row keeps running totals of its attempts (settled
 costs, open ceilings, and the same for its newest UTC day), changed in the transaction that

@@ -1,29 +1,77 @@
 """Admission: whether one physical attempt may be sent, on which account, and recording that it
 was (docs/architecture.md "Ledger", "Selection", "Scope", "Waiting for room").
 
-``reserve`` runs inside one write transaction, with the backend's write lock already held
-(``core.transaction``): it reads what the ledger knows (``reads``), asks the pure rules for a
-verdict per account (``selection.verdict``: budgets, client caps, health gates, the probe) and,
-for a new conversation, an order (``selection.order``, warm prefixes first within bounds); then it
-inserts the attempt, raises the month's open total and binds the conversation (``admit``). A
-refusal that only ceilings in flight stand in the way of queues the caller as a waiter, in the
-same transaction. ``ladder`` asks the same ``account_verdict``.
+``reserve`` is two transactions (docs/architecture.md "Ledger"): ``choose`` reads what the ledger
+knows without a lock (``reads``), asks the pure rules for a verdict per account
+(``selection.verdict``: budgets, client caps, health gates, the probe) and, for a new
+conversation, an order (``selection.order``, warm prefixes first within bounds); then
+``recheck.admit`` writes under the chosen account's lock only, inserting the attempt only if its
+limits still hold, and raises the month's open total and binds the conversation with it. A
+refusal that only ceilings in flight stand in the way of queues the caller as a waiter, in a
+write of its own. ``ladder`` asks the same ``account_verdict``.
 """
 
 import dataclasses
 import datetime as dt
+import time
 
 from .. import clock, selection
 from .. import ledger as package  # the tunables tests and benches set (package.WARM_AFFINITY)
 from ..errors import AccountsError
 from ..records import Reservation, client_cap, client_token_cap
-from . import core, reads, writes
+from . import core, reads, recheck, writes
 
 
-def reserve(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
-    """``Ledger.reserve`` inside its write transaction: a ``Reservation``, an ``AccountsError``,
-    or a ``core.Deferred`` refusal whose waiter row commits first."""
-    now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
+def reserve(ledger, host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
+    """``Ledger.reserve``: read and choose without a lock (``choose``), then write under the
+    chosen account's lock, re-checking its limits (``recheck.admit``); again while another writer
+    changed that account between the two, up to ``BUSY_TIMEOUT_S`` (docs/architecture.md "Ledger").
+    A ``Reservation``, or an ``AccountsError``."""
+    deadline = time.monotonic() + package.BUSY_TIMEOUT_S
+    args = (host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter)
+    while True:
+        plan = core.in_transaction(ledger, choose, args, False)
+        if callable(plan):  # a refusal that queues or drops this caller's place first: it raises
+            core.in_transaction(ledger, plan, (), True)
+        if _write(ledger, plan):
+            return Reservation(
+                attempt_id=attempt_id,
+                scope=scope,
+                account=plan.verdict.account.name,
+                month_utc=plan.month,
+                day_utc=plan.day,
+                ceiling_nusd=quote.ceiling_nusd,
+                new_binding=plan.bound is None or plan.moving,
+                probe=plan.verdict.probe,
+            )
+        if time.monotonic() >= deadline:
+            raise core.busy()
+
+
+def _write(ledger, plan):
+    """The admission's write, in one exchange (``recheck.admit``); whether the attempt went in."""
+    conn, backend = ledger._conn, ledger._backend
+    if conn is None:
+        raise backend.unavailable("the ledger is closed")
+    try:
+        with backend.exchange(conn):
+            cursor = recheck.admit(conn, backend, plan)
+            backend.commit(conn)
+        return backend.rowcount(cursor) == 1
+    except BaseException as error:
+        backend.rollback(conn)
+        if isinstance(error, backend.errors):
+            if backend.is_conflict(error):
+                return False  # read again: the conversation is bound now, or the id taken
+            raise backend.map(error) from None
+        raise
+
+
+def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
+    """The read half of an admission, in one snapshot: a ``recheck.Plan``, an ``AccountsError``,
+    or a refusal's write (a function of ``conn`` returning ``core.Deferred``) that queues or drops
+    this caller's place as a waiter first."""
+    now = now or clock.now()
     provider = scope.provider
     month, day = clock.credit_month(now), clock.utc_day(now)
     duplicate, newest, bound, waiting = conn.execute(
@@ -42,12 +90,17 @@ def reserve(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_
         )
     facts = reads.read_facts(conn, provider, month, now, host, full=False, model=quote.requested_model)
     moving = bound is not None and bound in exclude and _unbilled(conn, scope)
+    old_binding = None
     if moving:
-        bound = None
+        old_binding = conn.execute(
+            "SELECT account, warm, created_at FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
+            (scope.kind, scope.id, provider),
+        ).fetchone()
+    keeps = bound if bound is not None and not moving else None  # the binding this admission keeps
     older, own = _waiters(conn, provider, waiter, now) if waiting else ((), None)
     try:
-        if bound is not None:
-            verdict = bound_verdict(conn, scope, bound, pinned, declared, facts, quote, day, now, client, older)
+        if keeps is not None:
+            verdict = bound_verdict(conn, scope, keeps, pinned, declared, facts, quote, day, now, client, older)
         elif pinned is not None:
             if pinned not in declared:
                 raise AccountsError("no_account_available", f"account '{pinned}' is not declared", account=pinned)
@@ -63,31 +116,27 @@ def reserve(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_
     except AccountsError as error:
         if error.held and waiter is not None:
             # Queue (or keep) this caller's place, committed with nothing else (docs/architecture.md
-            # "Waiting for room").
-            _queue(conn, provider, waiter, own, bound or pinned, quote, now)
-            return core.Deferred(error)
+            # "Waiting for room"); one writer at a time numbers a place.
+            def queue(conn, refusal=error):
+                writes.lock_waiters(conn)
+                _queue(conn, provider, waiter, own, keeps or pinned, quote, now)
+                return core.Deferred(refusal)
+
+            return queue
         if own is not None:  # nothing to wait for any more: its place goes
-            conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
-            return core.Deferred(error)
+            def leave_queue(conn, refusal=error):
+                conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
+                return core.Deferred(refusal)
+
+            return leave_queue
         raise
-    if own is not None:
-        conn.execute("DELETE FROM waiter WHERE id = ?", (waiter,))
-    admit(conn, host, scope, attempt_id, quote, verdict, month, day, now, not moving and bound is None, client, llm_response_id)
-    if moving:
-        _move_bound(conn, scope, month, verdict)
-        conn.execute(
-            "UPDATE binding SET account = ?, warm = ? WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-            (verdict.account.name, verdict.warm, scope.kind, scope.id, provider),
-        )
-    return Reservation(
-        attempt_id=attempt_id,
-        scope=scope,
-        account=verdict.account.name,
-        month_utc=month,
-        day_utc=day,
-        ceiling_nusd=quote.ceiling_nusd,
-        new_binding=bound is None,
-        probe=verdict.probe,
+    f = verdict.facts
+    ahead = selection.ahead(older, verdict.account, f, verdict.budget_nusd, reads.day_totals(conn, provider, f, day)) if older else (0, 0)
+    return recheck.Plan(
+        scope=scope, attempt_id=attempt_id, quote=quote, verdict=verdict, month=month, day=day,
+        ts=clock.isoformat(now), now=now, host=host, client=client, llm_response_id=llm_response_id,
+        ahead_nusd=ahead[0], bound=bound, moving=moving, old_binding=old_binding,
+        waiter=waiter if own is not None else None, stamp=recheck.EMPTY_STAMP if f.stamp is None else f.stamp,
     )
 
 
@@ -198,62 +247,6 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
     return chosen
 
 
-def admit(conn, host, scope, attempt_id, quote, v, month, day, now, new_binding, client, llm_response_id):
-    """Store verdict ``v``: the account row, the month's (and day's) open totals, the attempt, and
-    a new conversation's binding (docs/architecture.md "Ceilings and settlement")."""
-    account, f, ceiling, ts = v.account, v.facts, quote.ceiling_nusd, clock.isoformat(now)
-    provider, name = scope.provider, account.name
-    writes.ensure_account(conn, provider, account, f, ts)
-    daily = getattr(account, "daily_budget_nusd", None)
-    if f.month_row and f.daily_budget_nusd != daily:
-        # The daily budget is policy: the month row shows the one in force at the latest admission.
-        conn.execute(
-            "UPDATE month SET daily_budget_nusd = ? WHERE provider = ? AND name = ? AND month_utc = ?",
-            (daily, provider, name, month),
-        )
-    if not f.month_row:
-        conn.execute(
-            """INSERT INTO month (provider, name, month_utc, budget_nusd, daily_budget_nusd, key_env, created_at,
-               settled_nusd, open_nusd, day_utc, day_settled_nusd, day_open_nusd)
-               VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?, 0, ?)""",
-            (provider, name, month, account.budget_nusd, daily, account.key_env, ts, ceiling, day, ceiling),
-        )
-    elif f.day_utc == day:
-        conn.execute(
-            """UPDATE month SET open_nusd = open_nusd + ?1, day_open_nusd = day_open_nusd + ?1
-               WHERE provider = ?2 AND name = ?3 AND month_utc = ?4""",
-            (ceiling, provider, name, month),
-        )
-    elif f.day_utc is None or f.day_utc < day:
-        conn.execute(
-            """UPDATE month SET open_nusd = open_nusd + ?1, day_utc = ?2, day_settled_nusd = 0, day_open_nusd = ?1
-               WHERE provider = ?3 AND name = ?4 AND month_utc = ?5""",
-            (ceiling, day, provider, name, month),
-        )
-    else:
-        conn.execute(
-            "UPDATE month SET open_nusd = open_nusd + ? WHERE provider = ? AND name = ? AND month_utc = ?",
-            (ceiling, provider, name, month),
-        )
-    conn.execute(
-        """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
-           price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
-           ceiling_tokens, host)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'open', ?, ?, ?)""",
-        (attempt_id, scope.kind, scope.id, provider, name, month, day, ceiling, quote.price_revision,
-         quote.requested_model, quote.request_digest, client, llm_response_id, ts,
-         getattr(quote, "ceiling_tokens", None), host),
-    )
-    if new_binding:
-        conn.execute(
-            "INSERT INTO binding (scope_kind, scope_id, provider, account, created_at, warm) VALUES (?, ?, ?, ?, ?, ?)",
-            (scope.kind, scope.id, provider, name, ts, v.warm),
-        )
-        _count_bound(conn, month, provider, name, v.warm)
-    # A probe is admitted without a write: the attempt row itself holds the half-open slot
-    # (``reads._probe_sql``).
-
-
 # Waiting for room (docs/architecture.md "Waiting for room")
 
 #: How long a waiter's place lasts without a renewal: a waiter renews it at least every half of
@@ -336,30 +329,6 @@ def _unbilled(conn, scope):
         (scope.kind, scope.id, scope.provider),
     ).fetchone()
     return row[0] == 0
-
-
-def _count_bound(conn, month, provider, name, warm, delta=1):
-    """Count a new conversation that bound warm or cold in ``warm_month`` (none without a one-hour prefix)."""
-    if warm is None:
-        return
-    column = "bound_warm" if warm else "bound_cold"
-    conn.execute(
-        f"""INSERT INTO warm_month (month_utc, provider, account, {column}) VALUES (?, ?, ?, ?)
-            ON CONFLICT (month_utc, provider, account) DO UPDATE SET {column} = warm_month.{column} + excluded.{column}""",
-        (month, provider, name, delta),
-    )
-
-
-def _move_bound(conn, scope, month, verdict):
-    """A new conversation that moved on counts once: on the account it now binds."""
-    old = conn.execute(
-        "SELECT account, warm, created_at FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",
-        (scope.kind, scope.id, scope.provider),
-    ).fetchone()
-    created = selection.parse_time(old["created_at"])
-    if old["warm"] is not None and created is not None:
-        _count_bound(conn, clock.credit_month(created), scope.provider, old["account"], old["warm"], -1)
-    _count_bound(conn, month, scope.provider, verdict.account.name, verdict.warm)
 
 
 def leave(conn, waiter):

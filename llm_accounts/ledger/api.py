@@ -113,9 +113,9 @@ class Ledger:
         unbilled (429, 529 or never sent) still counts as new while its bound account is excluded,
         so it is bound to the next candidate.
 
-        ``now`` is for tests; without it the clock is read inside the transaction, once the write
-        lock is held, so instants follow commit order and an admission that waited for the lock
-        across a credit-period boundary lands in the new period.
+        ``now`` is for tests; without it the clock is read with the candidates' facts, and an
+        admission whose credit period ended before its write is read again, so it lands in the
+        new period.
 
         ``waiter`` is the id of a caller that waits for room (docs/architecture.md "Waiting for
         room"). Every admission counts the ceilings of live waiters that arrived before it as held
@@ -137,8 +137,8 @@ class Ledger:
         if waiter is not None:
             check_id(waiter, "waiter")
         return self._run(
-            "reserve", admission.reserve, self.host, scope, attempt_id, quote, declared, pinned, client, llm_response_id,
-            exclude, now, waiter,
+            "reserve", admission.reserve, self, self.host, scope, attempt_id, quote, declared, pinned, client,
+            llm_response_id, exclude, now, waiter, transaction=False,
         )
 
     def leave(self, waiter):
@@ -328,13 +328,27 @@ class Ledger:
         (``month_model``, ``month_client``, ``month_conversation``, ``day``): a few rows per
         period however long the history. A client filter sums the period's attempt rows.
         ``client`` lists attempts without a label under the key ``None``; ``conversation``
-        covers conversations' attempts (a one-off prompt has none)."""
+        covers conversations' attempts (a one-off prompt has none), a row per conversation and
+        account, every one of the period: ``spend_by_conversation`` stops at a limit."""
         if by not in self.SPEND_DIMENSIONS:
             raise invalid("by", f"must be one of {', '.join(self.SPEND_DIMENSIONS)}")
         check_month(month_utc)
+        if by == "conversation":
+            return self.spend_by_conversation(month_utc, account=account, client=client, provider=provider)["rows"]
         if account is not None:
             check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
         return self._run("spend_by", reports.spend_by, by, month_utc, account, client, provider, write=False)
+
+    def spend_by_conversation(self, month_utc, *, account=None, client=None, limit=None, provider="anthropic"):
+        """The period's costliest conversations, their total and how many ``limit`` left out
+        (``llm_accounts.conversation_spend``: an index walk and one totals row per account)."""
+        from .. import conversation_spend
+
+        check_month(month_utc)
+        if account is not None:
+            check_pattern(account, NAME_RE, "account", "must match [a-z][a-z0-9_-]{0,31}")
+        return self._run("spend_by", conversation_spend.spend_by_conversation, provider, month_utc, account, client,
+                         limit, write=False)
 
     def attempts(self, *, limit=None, oldest_first=False, **filters):
         """Attempt rows, newest first, filtered by equality on any of ``_FILTERS`` and by

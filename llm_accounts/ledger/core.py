@@ -3,9 +3,10 @@ transaction, and the errors a backend's own failures become (docs/architecture.m
 "Ledger on PostgreSQL"; docs/security.md "Logging").
 
 ``run`` serializes a ``Ledger``'s threads on its lock, opens the transaction (``backend.begin``:
-SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's advisory lock; a lock held past ``BUSY_TIMEOUT_S`` is
-``ledger_busy``), runs one rule function ``fn(conn, ...)``, and commits, or rolls back on any
-error. A rule says why the ledger cannot serve (``Unavailable``) and the backend words where; a
+SQLite's ``BEGIN IMMEDIATE``, PostgreSQL's shared ledger lock, the rule then locking the accounts
+it changes; a lock held past ``BUSY_TIMEOUT_S`` is ``ledger_busy``), runs one rule function
+``fn(conn, ...)``, and commits, or rolls back on any error. An admission runs its own two
+transactions (``admission.reserve``). A rule says why the ledger cannot serve (``Unavailable``) and the backend words where; a
 rule whose refusal must commit a write first (a block, a waiter's place) returns ``Deferred``.
 ``run_async`` and ``settle_async`` run a call in a worker thread for async callers.
 """

@@ -19,6 +19,7 @@ from . import reads, writes
 
 def block_account(conn, provider, name, declared, reason, source_ref, now):
     """Block an account; the first reason stands (``writes.block``)."""
+    writes.lock_account(conn, provider, name)
     at = now or clock.now()
     current = writes.account_row(conn, provider, name, declared, at)
     writes.block(conn, provider, name, current["block_reason"], reason, source_ref, clock.isoformat(at))
@@ -27,6 +28,7 @@ def block_account(conn, provider, name, declared, reason, source_ref, now):
 
 def mark_removed(conn, provider, name, now):
     """Mark ``name`` removed by ``llm accounts remove``; whether a row was marked."""
+    writes.lock_account(conn, provider, name)
     ts = clock.isoformat(now or clock.now())
     cursor = conn.execute(
         "UPDATE account SET removed_at = ? WHERE provider = ? AND name = ? AND removed_at IS NULL",
@@ -37,6 +39,7 @@ def mark_removed(conn, provider, name, now):
 
 def clear_block(conn, provider, name, declared, adjustment_id, source_ref, now):
     """End a block and every health dwell with it, on the record (``Ledger.clear_block``)."""
+    writes.lock_account(conn, provider, name)
     if _repeat(conn, adjustment_id, "unblock", None, provider, name, None, 0, source_ref):
         return "already_recorded"
     at = now or clock.now()
@@ -80,6 +83,7 @@ def clear_block(conn, provider, name, declared, adjustment_id, source_ref, now):
 
 def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now):
     """Close an open attempt at a sourced cost (``Ledger.reconcile``)."""
+    writes.lock_attempt_account(conn, attempt_id)
     row = conn.execute(
         reads.ATTEMPT_SQL,
         (attempt_id, host),
@@ -118,6 +122,7 @@ def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
 
 def adjust(conn, provider, name, declared, adjustment_id, month_utc, delta_nusd, source_ref, attempt_id, now):
     """Record a signed, sourced correction to a month's spend (``Ledger.adjust``)."""
+    writes.lock_account(conn, provider, name)
     if _repeat(conn, adjustment_id, "correction", attempt_id, provider, name, month_utc, delta_nusd, source_ref):
         return "already_recorded"
     at = now or clock.now()
@@ -147,6 +152,7 @@ def adjust(conn, provider, name, declared, adjustment_id, month_utc, delta_nusd,
 
 def rebind(conn, scope, name, declared, source_ref, now):
     """Move a bound conversation to account ``name``; returns the account it was bound to."""
+    writes.lock_account(conn, scope.provider, name)
     bound = _named_scope(conn, scope)
     old = None if bound is None else conn.execute(
         "SELECT account FROM binding WHERE scope_kind = ? AND scope_id = ? AND provider = ?",

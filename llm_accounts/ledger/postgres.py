@@ -7,18 +7,18 @@ this package (docs/architecture.md "The write path"), the same on both backends;
 - connects with psycopg 3 (the ``postgres`` extra; nothing imports it for a SQLite ledger), with
   libpq's URL forms, so a password may come from ``PGPASSWORD``, ``~/.pgpass`` or a service file
   and need not be in the URL; a URL is only ever shown masked (``mask``);
-- locks: each write transaction's first statement takes ``pg_advisory_xact_lock`` on one fixed
-  64-bit key per ledger (``lock_key``). That is the serialization SQLite's ``BEGIN IMMEDIATE``
-  gives: one writer at a time, so reading the month totals, checking the budget and inserting the
-  attempt never interleave with another admission, on any machine. The lock is released by the
-  commit or rollback, so a process killed mid-transaction holds nothing (its session ends). Row
-  locks on the month rows would have to be taken in a fixed order over every candidate, before
-  knowing which a selection reads, and a month row that does not exist yet cannot be locked; the
-  one advisory lock needs neither, and a ledger transaction is a few milliseconds. With the lock
-  held first, READ COMMITTED is enough: every statement after it sees every earlier writer's
-  commit, and no other writer runs until this one ends, so SERIALIZABLE would add only retries.
-  Reads (``status``, ``ladder``) take a REPEATABLE READ READ ONLY snapshot and no lock, as
-  SQLite's deferred ``BEGIN`` does;
+- locks per account: each write transaction shares the ledger's advisory lock (``lock_key``) and
+  takes ``pg_advisory_xact_lock`` on each account it changes (``lock_account``), so writes on
+  different accounts never wait for each other. An admission reads unlocked and sends its write
+  (the locks, the re-checked insert, the commit) in one pipeline (``exchange``,
+  ``begin_admission``): its account's lock is held for server time and the commit only. Every
+  limit is per account, so the re-check under that lock keeps every guarantee
+  (docs/architecture.md "Ledger on PostgreSQL"). Opening the schema takes the ledger's lock alone,
+  as an older build's writes do. The locks go with the commit or rollback, so a process killed
+  mid-transaction holds nothing (its session ends). READ COMMITTED is enough: a statement run after
+  a lock is granted sees every earlier holder's commit. Reads (``status``, ``ladder``, an
+  admission's read) take a REPEATABLE READ READ ONLY snapshot and no lock, as SQLite's deferred
+  ``BEGIN`` does;
 - bounds every wait: the connection's session sets ``lock_timeout`` and ``statement_timeout`` to
   the busy timeout (five seconds) before its first read, so every statement, reads and the schema
   check on open included, gives up rather than hangs behind a lock held by maintenance
@@ -71,6 +71,16 @@ def lock_key(schema_name):
     "llm-accounts" and the schema, so two ledgers in one database never wait for each other."""
     digest = hashlib.sha256(f"llm-accounts\0ledger\0{schema_name}".encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def lock_space(schema_name):
+    """The signed 32-bit key space of the ledger's per-account locks (the two-key advisory locks,
+    apart from ``lock_key``'s): one per schema, so two ledgers never wait for each other."""
+    digest = hashlib.sha256(f"llm-accounts\0accounts\0{schema_name}".encode()).digest()
+    return int.from_bytes(digest[:4], "big", signed=True)
+
+
+ACCOUNT_LOCK = "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || %(provider)s || ':' || %(name)s))"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,8 +160,9 @@ def translate(sql, params):
 class Connection:
     """The psycopg connection, answering ``execute`` in the rules' SQLite dialect."""
 
-    def __init__(self, raw):
+    def __init__(self, raw, backend=None):
         self.raw = raw
+        self.backend = backend  # its locks (``writes.lock_account``)
 
     def execute(self, sql, params=()):
         query, values = translate(sql, params)
@@ -300,6 +311,32 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE OR REPLACE FUNCTION llm_accounts_month_conversation_total() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- What schema.py's month_conversation_total_* triggers do: a conversation row's change, added
+    -- to its account's period total (an upsert fires the insert trigger or the update one).
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO month_conversation_total (month_utc, provider, account, conversations, attempts, settled_nusd,
+            open_nusd)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, CASE WHEN NEW.attempts > 0 THEN 1 ELSE 0 END, NEW.attempts,
+                NEW.settled_nusd, NEW.open_nusd)
+        ON CONFLICT (month_utc, provider, account) DO UPDATE SET
+            conversations = month_conversation_total.conversations + excluded.conversations,
+            attempts = month_conversation_total.attempts + excluded.attempts,
+            settled_nusd = month_conversation_total.settled_nusd + excluded.settled_nusd,
+            open_nusd = month_conversation_total.open_nusd + excluded.open_nusd;
+        RETURN NEW;
+    END IF;
+    UPDATE month_conversation_total t SET
+        conversations = t.conversations - CASE WHEN OLD.attempts > 0 THEN 1 ELSE 0 END
+            + CASE WHEN TG_OP = 'UPDATE' AND NEW.attempts > 0 THEN 1 ELSE 0 END,
+        attempts = t.attempts - OLD.attempts + CASE WHEN TG_OP = 'UPDATE' THEN NEW.attempts ELSE 0 END,
+        settled_nusd = t.settled_nusd - OLD.settled_nusd + CASE WHEN TG_OP = 'UPDATE' THEN NEW.settled_nusd ELSE 0 END,
+        open_nusd = t.open_nusd - OLD.open_nusd + CASE WHEN TG_OP = 'UPDATE' THEN NEW.open_nusd ELSE 0 END
+    WHERE t.month_utc = OLD.month_utc AND t.provider = OLD.provider AND t.account = OLD.account;
+    RETURN NULL;
+END $$;
+
 DROP TRIGGER IF EXISTS attempt_totals ON attempt;
 CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
     rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
@@ -314,6 +351,9 @@ CREATE TRIGGER attempt_model AFTER INSERT OR DELETE OR UPDATE OF state, cost_nus
 DROP TRIGGER IF EXISTS attempt_conversation ON attempt;
 CREATE TRIGGER attempt_conversation AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_conversation();
+DROP TRIGGER IF EXISTS month_conversation_total ON month_conversation;
+CREATE TRIGGER month_conversation_total AFTER INSERT OR UPDATE OR DELETE ON month_conversation
+    FOR EACH ROW EXECUTE FUNCTION llm_accounts_month_conversation_total();
 """
 
 EXTRA = f"""
@@ -393,6 +433,49 @@ class PostgresBackend:
     def commit(self, conn):
         conn.raw.execute("COMMIT")
 
+    # -- per-account locks (docs/architecture.md "Ledger on PostgreSQL") ------------------------
+
+    def lock_account(self, conn, provider, name):
+        """Hold ``name``'s lock to the end of this write transaction: every write that changes an
+        account's totals, health or block takes it, so an admission's re-check under it is sound."""
+        conn.raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+
+    def lock_attempt_account(self, conn, attempt_id):
+        """The lock of the account an attempt belongs to, in the statement that finds it."""
+        conn.raw.execute(
+            "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || provider || ':' || account)) "
+            "FROM attempt WHERE id = %(id)s",
+            {"space": self._space, "id": attempt_id},
+        )
+
+    def lock_waiters(self, conn):
+        """The queue of waiters: one writer at a time numbers a new place (``waiter.seq``)."""
+        conn.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('waiter'))", (self._space,))
+
+    def exchange(self, conn):
+        """Send every statement before awaiting any answer: one round trip (psycopg's pipeline mode)."""
+        return conn.raw.pipeline()
+
+    def begin_admission(self, conn, provider, name, key_env=None):
+        """An admission's transaction, in its pipeline: the shared ledger lock, the account's, and
+        the key's when it starts the account's period (a key holds one budget a period)."""
+        raw = conn.raw
+        raw.execute("BEGIN")
+        raw.execute(self._lock_timeout)
+        raw.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._ledger_key,))
+        raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+        if key_env is not None:
+            raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('key_env:' || %s))", (self._space, key_env))
+
+    @staticmethod
+    def rowcount(cursor):
+        return cursor.rowcount
+
+    @staticmethod
+    def is_conflict(error):
+        """A unique key another writer took first (a conversation's first binding, an attempt id)."""
+        return getattr(error, "sqlstate", None) == "23505"
+
     def rollback(self, conn):
         raw = conn.raw
         if raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
@@ -416,7 +499,7 @@ class PostgresBackend:
         except ValueError:  # a URL libpq cannot parse (psycopg's text may quote it)
             raise self.unavailable("the URL is not one libpq can read (postgresql://USER@HOST:PORT/DATABASE)") from None
         raw.adapters.register_loader("numeric", _IntegralNumeric)
-        conn = Connection(raw)
+        conn = Connection(raw, self)
         try:
             self._prepare(conn, timeout)
         except AccountsError:
@@ -435,13 +518,17 @@ class PostgresBackend:
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
-        self._begin_write = (
-            f"BEGIN; SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'; "
-            f"SELECT pg_advisory_xact_lock({lock_key(schema_name)})"
-        )
+        self._lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
+        self._ledger_key = lock_key(schema_name)
+        self._space = lock_space(schema_name)
+        # Writers share the ledger's lock and serialize per account (``lock_account``); opening
+        # (creating or migrating the schema) takes it alone, so no write runs meanwhile, and nor
+        # does a write of an older build, which takes it alone too (docs/architecture.md "Ledger
+        # on PostgreSQL").
+        self._begin_write = f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock_shared({self._ledger_key})"
         if self._check(raw):
             return
-        raw.execute(self._begin_write)
+        raw.execute(f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
         try:
             raw.execute(_bounds(timeout, BULK_TIMEOUT_S, local=True))
             if not self._check(raw, creating=True):
@@ -556,8 +643,10 @@ def _bounds(lock_s, statement_s, local=False):
             f"SET {scope}statement_timeout = '{max(1, int(statement_s * 1000))}ms'")
 
 
-TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation")
-BACKFILLED = ("month_model", "month_conversation")  # issue 23: standard SQL, run as is
+TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation", "month_conversation_total")
+BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  # issue 23: standard SQL, run as is
+# An open checks tables and columns, not indexes: the conversation views' indexes came with
+# month_conversation_total, so a ledger missing them is missing it too and is migrated.
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")

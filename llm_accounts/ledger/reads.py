@@ -8,6 +8,7 @@ here writes.
 """
 
 from .. import clock, health, selection
+from . import recheck
 
 
 def _health_columns(alias):
@@ -133,6 +134,7 @@ def _facts_from_row(row, now, full=True, model=None):
         host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
         in_ledger=True,
         model_record=None if model is None else model_health_from(row, model),
+        stamp=recheck.stamp(row),
     )
 
 

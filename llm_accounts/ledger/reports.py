@@ -250,8 +250,6 @@ def spend_by(conn, by, month_utc, account, client, provider):
     in_scope = "provider = :provider AND account = COALESCE(:account, account)"
     if client is None and by in ("account", "model"):
         sql = f"SELECT {by} AS key, {sums} FROM month_model WHERE {in_scope} AND month_utc = :month GROUP BY 1"
-    elif client is None and by == "conversation":
-        sql = f"SELECT conversation AS key, {sums} FROM month_conversation WHERE {in_scope} AND month_utc = :month GROUP BY 1"
     elif client is None and by == "day":
         sql = (f"SELECT day_utc AS key, {sums} FROM day WHERE {in_scope} "
                "AND day_utc >= :first_day AND day_utc < :end_day GROUP BY 1")
@@ -265,13 +263,11 @@ def spend_by(conn, by, month_utc, account, client, provider):
             FROM (SELECT {sums} FROM month_model WHERE {in_scope} AND month_utc = :month) t,
                  (SELECT {sums} FROM month_client WHERE {in_scope} AND month_utc = :month) c"""
     else:
-        column = {"account": "account", "model": "requested_model", "client": "client",
-                  "conversation": "scope_id", "day": "day_utc"}[by]
+        column = {"account": "account", "model": "requested_model", "client": "client", "day": "day_utc"}[by]
         sql = f"""SELECT {column} AS key, COUNT(*) AS attempts, COALESCE(SUM(cost_nusd), 0) AS settled_nusd,
                    COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0) AS open_nusd
             FROM attempt WHERE {in_scope} AND month_utc = :month
               {"AND client = :client" if client is not None else ""}
-              {"AND scope_kind = 'conversation'" if by == "conversation" else ""}
             GROUP BY 1"""
     rows = [
         {"key": row[0], "attempts": int(row[1] or 0), "settled_nusd": int(row[2] or 0), "open_nusd": int(row[3] or 0)}

@@ -27,7 +27,8 @@ WARM_PURGE_MARGIN = dt.timedelta(hours=25)
 def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now, beyond_bounds=False):
     """``Ledger.settle`` inside its write transaction: ``"settled"``, ``"already_settled"``,
     ``"still_open"``, or a ``core.Deferred`` refusal whose block commits first."""
-    now = now or clock.now()  # after BEGIN IMMEDIATE: the lock is held
+    writes.lock_attempt_account(conn, attempt_id)  # before reading what it changes
+    now = now or clock.now()  # the account's lock is held
     ts = clock.isoformat(now)
     row = conn.execute(
         reads.ATTEMPT_SQL,

@@ -13,6 +13,7 @@ busy timeout is ``ledger_busy``; an unreadable or newer file is ``ledger_unavail
 reset, replaced or deleted. Schema version in ``user_version``.
 """
 
+import contextlib
 import os
 import pathlib
 import re
@@ -79,6 +80,31 @@ class SqliteBackend:
 
     def commit(self, conn):
         conn.execute("COMMIT")
+
+    # -- per-account locks: SQLite has one writer, so ``BEGIN IMMEDIATE`` holds every account --------
+
+    def lock_account(self, conn, provider, name):
+        pass
+
+    def lock_attempt_account(self, conn, attempt_id):
+        pass
+
+    def lock_waiters(self, conn):
+        pass
+
+    def exchange(self, conn):
+        return contextlib.nullcontext()
+
+    def begin_admission(self, conn, provider, name, key_env=None):
+        conn.execute("BEGIN IMMEDIATE")
+
+    @staticmethod
+    def rowcount(cursor):
+        return cursor.rowcount
+
+    @staticmethod
+    def is_conflict(error):
+        return getattr(error, "sqlite_errorname", None) in ("SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE")
 
     def rollback(self, conn):
         if conn.in_transaction:

@@ -94,3 +94,27 @@ def account_row(conn, provider, name, declared, now):
             account=name,
         )
     return row
+
+
+def lock_account(conn, provider, name):
+    """Hold account ``name``'s lock to the end of this write transaction, before reading anything
+    the write changes: every write that changes an account's totals, health, block or binding
+    takes it, so an admission's re-check under it is sound (docs/architecture.md "Ledger on
+    PostgreSQL"). SQLite's ``BEGIN IMMEDIATE`` already holds every account."""
+    backend = getattr(conn, "backend", None)
+    if backend is not None:
+        backend.lock_account(conn, provider, name)
+
+
+def lock_attempt_account(conn, attempt_id):
+    """``lock_account`` for the account attempt ``attempt_id`` belongs to."""
+    backend = getattr(conn, "backend", None)
+    if backend is not None:
+        backend.lock_attempt_account(conn, attempt_id)
+
+
+def lock_waiters(conn):
+    """The waiters' lock: one writer at a time numbers a new place (``waiter.seq``)."""
+    backend = getattr(conn, "backend", None)
+    if backend is not None:
+        backend.lock_waiters(conn)

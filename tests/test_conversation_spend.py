@@ -1,0 +1,191 @@
+"""Spend by conversation at any number of conversations (issue 23; docs/performance.md "Spend views
+at any length of history"): ``Ledger.spend_by_conversation`` and ``llm accounts spend --by
+conversation`` read the costliest conversations from an index up to a limit, and the period's
+total and "N more" from ``month_conversation_total``, on SQLite and PostgreSQL.
+
+The history is written through ``Ledger`` at fixed instants (``seeded``), so every total is the
+one the triggers keep; each expectation is a plain GROUP BY over the attempt rows.
+"""
+
+import json
+import shutil
+import sqlite3
+
+import pytest
+from click.testing import CliRunner
+
+from llm_accounts import clock
+from llm_accounts.cli import accounts as accounts_cli
+from llm_accounts.declarations import Account
+from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
+from llm_accounts.money import NANO
+
+from test_spend import DAY, SONNET, T0, quote
+
+WORK = Account("work", "WORK_KEY", 1000 * NANO)
+HOME = Account("home", "HOME_KEY", 1000 * NANO)
+
+FROM_ROWS = """
+SELECT month_utc, account, scope_id, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt WHERE scope_kind = 'conversation' GROUP BY 1, 2, 3
+"""
+
+
+def seeded(ledger):
+    """Eleven conversations on two accounts over two credit periods: settled, held (an unknown
+    outcome and one in flight), equal totals (ordered by account, then id), one conversation
+    rebound to the other account mid-period, and a one-off prompt (no conversation)."""
+    n = 0
+    for day, conversation, account, cost in [
+        (-20, "old-1", WORK, 900), (-20, "old-2", HOME, 50),  # period 2026-11
+        (0, "c-a", WORK, 300), (0, "c-b", WORK, 305), (0, "c-c", HOME, 305),  # equal totals (c-a: 300 + 5)
+        (0, "c-d", WORK, 10), (0, "c-e", HOME, 700), (0, "c-f", WORK, None),  # c-f: unknown, held
+        (1, "c-a", WORK, 5), (1, "c-g", HOME, 0), (1, "c-h", WORK, 120), (1, "c-i", HOME, "flight"),
+    ]:
+        n += 1
+        scope, now = Scope("conversation", conversation), T0 + day * DAY
+        ledger.reserve(scope, f"a{n}", quote(SONNET, NANO), [account], now=now)
+        if cost == "flight":
+            continue
+        ledger.settle(f"a{n}", Unknown("stream_truncated") if cost is None else Complete(cost * 1_000_000, {}, SONNET), now=now)
+    ledger.rebind(Scope("conversation", "c-d"), HOME, now=T0 + DAY)  # c-d moves to home
+    ledger.reserve(Scope("conversation", "c-d"), "a-moved", quote(SONNET, NANO), [HOME], now=T0 + DAY)
+    ledger.settle("a-moved", Complete(40_000_000, {}, SONNET), now=T0 + DAY)
+    ledger.reserve(Scope("prompt", "p1"), "a-prompt", quote(SONNET, NANO), [WORK], now=T0 + DAY)
+    ledger.settle("a-prompt", Complete(999_000_000, {}, SONNET), now=T0 + DAY)
+
+
+def grouped(ledger, month, account=None):
+    """The expected rows, costliest first, from the attempt rows."""
+    rows = [
+        {"key": key, "account": acc, "attempts": attempts, "settled_nusd": settled, "open_nusd": held}
+        for month_utc, acc, key, attempts, settled, held in ledger._conn.execute(FROM_ROWS)
+        if month_utc == month and account in (None, acc)
+    ]
+    return sorted(rows, key=lambda row: (-(row["settled_nusd"] + row["open_nusd"]), row["account"], row["key"]))
+
+
+@pytest.fixture
+def history(ledger_location):
+    with Ledger(ledger_location) as ledger:
+        seeded(ledger)
+    return ledger_location
+
+
+@pytest.fixture(scope="module")
+def seeded_file(tmp_path_factory):
+    """One SQLite ledger with the history, written once (each reservation is an fsync'd commit);
+    tests that read it take a copy."""
+    path = tmp_path_factory.mktemp("seeded") / "ledger.db"
+    with Ledger(path) as ledger:
+        seeded(ledger)
+    return path
+
+
+@pytest.fixture
+def copied(seeded_file, tmp_path):
+    path = tmp_path / "ledger.db"
+    shutil.copyfile(seeded_file, path)
+    return path
+
+
+def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history):
+    with Ledger(history) as ledger:
+        for month in ("2026-12", "2026-11", "2026-10"):  # 2026-10: a period without conversations
+            for account in (None, "work", "home"):
+                expected = grouped(ledger, month, account)
+                for limit in (None, 3):
+                    found = ledger.spend_by_conversation(month, account=account, limit=limit)
+                    assert found["rows"] == expected[:limit]
+                    assert found["more"] == len(expected) - len(expected[:limit])
+                    assert found["total"] == {
+                        "conversations": len(expected),
+                        **{name: sum(row[name] for row in expected) for name in ("attempts", "settled_nusd", "open_nusd")},
+                    }
+
+
+def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conversation_has_a_row_per_account(copied):
+    with Ledger(copied) as ledger:
+        rows = ledger.spend_by_conversation("2026-12")["rows"]
+    keys = [(row["account"], row["key"]) for row in rows]
+    assert keys[keys.index(("home", "c-c")):][:3] == [("home", "c-c"), ("work", "c-a"), ("work", "c-b")]
+    assert {account for account, key in keys if key == "c-d"} == {"work", "home"}
+
+
+def test_a_ledger_without_the_conversation_totals_gains_them_and_the_indexes_on_open(history):
+    with Ledger(history) as ledger:
+        expected = ledger.spend_by_conversation("2026-12", limit=4)
+        for statement in ("DROP TABLE month_conversation_total", "DROP INDEX month_conversation_top",
+                          "DROP INDEX month_conversation_account_top"):
+            ledger._conn.execute(statement)
+    with Ledger(history) as ledger:
+        assert ledger.spend_by_conversation("2026-12", limit=4) == expected
+        indexes = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'index'",
+                   "postgres": "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"}
+        names = {row[0] for row in ledger._conn.execute(indexes[ledger._backend.kind])}
+    assert {"month_conversation_top", "month_conversation_account_top"} <= names
+
+
+def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(copied):
+    from datasette_plugin.queries import SPEND_BY_CONVERSATION
+    from llm_accounts import conversation_spend
+
+    db = sqlite3.connect(copied)
+    plans = {}
+    for account in (None, "work"):
+        sql = conversation_spend.TOP.format(account="AND account = :account" if account else "",
+                                            order="" if account else "account, ", limit="LIMIT 3")
+        plans[account] = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, {"month": "2026-12", "provider": "anthropic", "account": account})]
+    query = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + SPEND_BY_CONVERSATION.sql,
+                                          {"account": "", "month": "", "limit": "", "offset": ""})]
+    assert plans[None] == ["SEARCH month_conversation USING COVERING INDEX month_conversation_top (month_utc=?)"]
+    assert plans["work"] == ["SEARCH month_conversation USING COVERING INDEX month_conversation_account_top (account=? AND month_utc=?)"]
+    # The only sort is the outer one, over the rows the limit let through.
+    assert [step for step in query if "TEMP B-TREE" in step] == ["USE TEMP B-TREE FOR ORDER BY"]
+    assert sum("COVERING INDEX month_conversation_" in step for step in query) == 2
+
+
+# --- llm accounts spend --by conversation ---------------------------------------------------------
+
+
+@pytest.fixture
+def cli(seeded_file, ledger_path, monkeypatch):
+    ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(seeded_file, ledger_path)
+    monkeypatch.setattr(clock, "now", lambda: T0 + DAY)
+    return ledger_path
+
+
+def run(*args):
+    return CliRunner().invoke(accounts_cli, ["spend", "--by", "conversation", *args], catch_exceptions=False)
+
+
+def test_spend_by_conversation_shows_the_limit_then_how_many_more_with_a_total_of_all(cli):
+    lines = run("--limit", "2").output.splitlines()
+    assert lines[0] == "Credit period 2026-12"
+    # Held ceilings count towards the order (settled plus held), never as spent.
+    assert [line.split() for line in lines[2:4]] == [["c-i", "home", "1", "$0.00", "$1.00"], ["c-f", "work", "1", "$0.00", "$1.00"]]
+    assert lines[4].split() == ["total", "11", "$1.785", "$2.00"]
+    assert lines[5] == "and 8 more conversations; show them with --limit 10"
+    assert "more" not in run("--limit", "10").output
+
+
+def test_spend_by_conversation_json_says_how_many_more(cli):
+    data = json.loads(run("--limit", "1", "--json").output)
+    assert data["rows"] == [{"conversation": "c-i", "account": "home", "attempts": 1, "settled_nusd": 0, "open_nusd": NANO}]
+    assert data["more"] == 9 and data["total"]["attempts"] == 11
+
+
+def test_spend_by_conversation_csv_keeps_its_rows_and_says_how_many_more_on_stderr(cli):
+    result = CliRunner().invoke(accounts_cli, ["spend", "--by", "conversation", "--limit", "2", "--csv"])
+    assert [line.split(",")[:2] for line in result.stdout.splitlines()] == [["conversation", "account"], ["c-i", "home"], ["c-f", "work"]]
+    assert result.stderr == "and 8 more conversations; show them with --limit 10\n"
+
+
+def test_spend_limit_with_another_dimension_is_one_line_declaration_invalid(cli):
+    result = CliRunner().invoke(accounts_cli, ["spend", "--by", "model", "--limit", "3"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [
+        "Error: declaration_invalid: --limit: only with --by conversation (the other views are a few rows)"
+    ]
