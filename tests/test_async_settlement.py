@@ -17,6 +17,7 @@ import pytest
 from hostile import MODEL, hostile_account, text_reply  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from llm_accounts import ledger as ledger_module
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 PROMPTS = 6
 WORKERS = 2  # fewer worker threads than prompts: later settlements queue for one

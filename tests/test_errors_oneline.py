@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from hostile import hostile_account, text_reply  # noqa: F401  (fixture)
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO

@@ -27,6 +27,7 @@ from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.pricing import Quote
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 PAGE = 4096
@@ -47,13 +48,9 @@ def template(tmp_path_factory):
 
 
 @pytest.fixture
-def filled(accounts, ledger_path, user_path, template):
-    """The ``accounts`` ledger, a copy of ``template``. llm's own logs.db is migrated first, so a
-    child's file-system faults meet only the ledger."""
-    import sqlite_utils
-    from llm.migrations import migrate
-
-    migrate(sqlite_utils.Database(user_path / "logs.db"))
+def filled(accounts, ledger_path, user_path, template, existing_logs_db):
+    """The ``accounts`` ledger, a copy of ``template``. llm's own logs.db is already migrated
+    (tests/llm_logs.py), so a child's file-system faults meet only the ledger."""
     ledger_path.parent.mkdir(mode=0o700)
     shutil.copy(template, ledger_path)
     return ledger_path
