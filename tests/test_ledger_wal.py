@@ -72,3 +72,26 @@ def test_a_read_only_reader_reads_the_ledger_after_every_writer_has_closed(tmp_p
     assert db.execute("SELECT id, state FROM attempt").fetchall() == [("a0", "settled")]
     db.conn.close()
 
+
+
+def test_a_second_ledger_opened_in_a_process_keeps_the_first_ones_commits_visible(tmp_path):
+    """Opening the same file again in one process must not drop the first connection's locks
+    (closing any descriptor of a file drops every POSIX lock the process holds on it): otherwise
+    another process takes itself for the last connection, removes the write-ahead log still in use
+    here, and this process's next commits are lost. Seen as requests sent with no attempt row
+    (bench/load.py)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "ledger.db"
+    other_process = (
+        "import sys, sqlite3; conn = sqlite3.connect(sys.argv[1]); "
+        "print(conn.execute('SELECT count(*) FROM attempt').fetchone()[0]); conn.close()"
+    )
+    with Ledger(path) as first:
+        admit(first, 0)
+        Ledger(path).close()  # a second ledger of the same process: a notice, a worker thread
+        subprocess.run([sys.executable, "-c", other_process, str(path)], check=True, capture_output=True)
+        admit(first, 1)
+        seen = subprocess.run([sys.executable, "-c", other_process, str(path)], check=True, capture_output=True, text=True)
+    assert seen.stdout.strip() == "2"

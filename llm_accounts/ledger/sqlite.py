@@ -13,12 +13,15 @@ busy timeout is ``ledger_busy``; an unreadable or newer file is ``ledger_unavail
 reset, replaced or deleted. Schema version in ``user_version``.
 """
 
+import collections
 import contextlib
 import os
 import pathlib
 import re
 import sqlite3
+import threading
 import uuid
+import weakref
 
 from .. import schema
 from ..errors import AccountsError
@@ -28,6 +31,37 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 # journal is switched on open, keeping every row. bench/fleet.py sets "delete" to measure that one.
 # The -wal and -shm files take the ledger file's mode (SQLite copies it), so they are 0600 too.
 JOURNAL_MODE = "wal"
+
+# Ledger files this process has SQLite connections to, by (device, inode). Closing any descriptor
+# of a file drops every POSIX lock this process holds on it, SQLite's included (sqlite.org
+# "How To Corrupt An SQLite Database File", 2.2): in WAL another process then takes itself for
+# the last connection, checkpoints and removes the -wal and -shm still in use here, and commits
+# made here are lost. So the header is read with a descriptor of our own only while no
+# connection of this process holds the file (docs/architecture.md "Ledger").
+_HELD = collections.Counter()
+_HELD_LOCK = threading.Lock()
+
+
+def _let_go(key):
+    with _HELD_LOCK:
+        _HELD[key] -= 1
+        if _HELD[key] <= 0:
+            del _HELD[key]
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that counts in ``_HELD`` until it is closed or collected."""
+
+    _held = None
+
+    def hold(self, key):
+        _HELD[key] += 1  # under _HELD_LOCK, taken by the caller
+        self._held = weakref.finalize(self, _let_go, key)
+
+    def close(self):
+        super().close()
+        if self._held is not None:
+            self._held()
 
 # Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
 _INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
@@ -134,17 +168,25 @@ class SqliteBackend:
         created_empty = False
         if not path.exists():
             created_empty = self._create(path, timeout)
-        with open(path, "rb") as f:
-            header = f.read(len(SQLITE_MAGIC))
-        if not header and not created_empty:
-            # Only a missing ledger is created: an empty file may be a ledger that lost its contents.
-            raise self.unavailable(
-                "it is an empty file, which may be a truncated ledger; remove it, or set "
-                "LLM_ACCOUNTS_LEDGER to another file, to start a new ledger"
+        with _HELD_LOCK:
+            status = os.stat(path)
+            key = (status.st_dev, status.st_ino)
+            if key not in _HELD:
+                # A connection of this process that holds the file checked it when it opened.
+                with open(path, "rb") as f:
+                    header = f.read(len(SQLITE_MAGIC))
+                if not header and not created_empty:
+                    # Only a missing ledger is created: an empty file may be a ledger that lost its contents.
+                    raise self.unavailable(
+                        "it is an empty file, which may be a truncated ledger; remove it, or set "
+                        "LLM_ACCOUNTS_LEDGER to another file, to start a new ledger"
+                    )
+                if header and header != SQLITE_MAGIC:
+                    raise self.unavailable("not an SQLite database")
+            conn = sqlite3.connect(
+                str(path), timeout=timeout, isolation_level=None, check_same_thread=False, factory=_Connection
             )
-        if header and header != SQLITE_MAGIC:
-            raise self.unavailable("not an SQLite database")
-        conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+            conn.hold(key)
         conn.row_factory = sqlite3.Row
         try:
             self._prepare(conn, timeout)
