@@ -9,6 +9,7 @@ bounds (64 MiB) are far above any real answer; the tests lower them to 1 MiB and
 """
 
 import asyncio
+import functools
 import json
 import zlib
 
@@ -32,6 +33,7 @@ def small_bounds(monkeypatch):
     monkeypatch.setattr(wire, "LINE_LIMIT", BOUND, raising=False)
 
 
+@functools.cache
 def gzipped(prefix, filler=b" "):
     """``prefix`` then ``filler`` up to ``DECODED`` bytes, gzip-encoded without holding them."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
