@@ -87,8 +87,13 @@ CREATE TABLE IF NOT EXISTS attempt (
     FOREIGN KEY (provider, account, month_utc) REFERENCES month (provider, name, month_utc)
 );
 -- Admission reads the month row's running totals, not sums over attempts, so attempts carry no
--- per-account index: each one is pages to journal and write on every reservation (bench/ledger.py).
+-- per-account index over all rows: each one is pages to journal and write on every reservation
+-- (bench/ledger.py). Only open attempts are indexed, and an attempt leaves these on settlement.
 CREATE INDEX IF NOT EXISTS attempt_open ON attempt (state) WHERE state = 'open';
+-- One account's open attempts: the half-open probe's lookup and a refusal's open counts read
+-- them, and attempts left open with an unknown outcome pile up until reconciled, so a scan of
+-- every open attempt would grow with history (docs/performance.md "Spend views at any length of history").
+CREATE INDEX IF NOT EXISTS attempt_open_account ON attempt (provider, account, created_at) WHERE state = 'open';
 -- Per-client caps (docs/architecture.md "Client caps"): admission sums one client's attempts on one
 -- account in one credit period. Partial, so an attempt without a client label costs no index write.
 CREATE INDEX IF NOT EXISTS attempt_client ON attempt (provider, account, month_utc, client)

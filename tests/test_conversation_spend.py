@@ -189,3 +189,32 @@ def test_spend_limit_with_another_dimension_is_one_line_declaration_invalid(cli)
     assert result.output.strip().splitlines() == [
         "Error: declaration_invalid: --limit: only with --by conversation (the other views are a few rows)"
     ]
+
+
+def test_a_ledger_without_the_open_attempts_index_gains_it_on_open(history):
+    """The per-account index of open attempts (docs/performance.md "Spend views at any length of history") is
+    gained on open by a ledger an older build made, on both backends, keeping every row."""
+    with Ledger(history) as ledger:
+        before = ledger.attempt_count()
+        ledger._conn.execute("DROP INDEX attempt_open_account")
+    with Ledger(history) as ledger:
+        indexes = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'index'",
+                   "postgres": "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"}
+        names = {row[0] for row in ledger._conn.execute(indexes[ledger._backend.kind])}
+        assert ledger.attempt_count() == before
+    assert "attempt_open_account" in names
+
+
+def test_one_accounts_open_attempts_are_read_from_their_own_index(copied):
+    """The half-open probe's lookup (in the facts every admission reads) and a refusal's open
+    counts read one account's open attempts, not every open attempt of the ledger."""
+    from llm_accounts.ledger import admission, reads
+
+    db = sqlite3.connect(copied)
+    db.execute("ANALYZE")  # planned as a ledger of any size would be: a full scan wins only on a tiny one
+    facts = {"month": "2026-12", "host": "h", "model": SONNET, "provider": "anthropic"}
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + reads._FACTS_SQL, facts)]
+    probes = [step for step in plan if step.startswith(("SEARCH p ", "SCAN p"))]
+    assert probes and all("USING INDEX attempt_open_account (provider=? AND account=?" in step for step in probes)
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + admission.OPEN_COUNTS_SQL, ("d", "c", "anthropic", "work", "2026-12"))]
+    assert plan[0] == "SEARCH attempt USING INDEX attempt_open_account (provider=? AND account=?)"

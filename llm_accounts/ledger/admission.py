@@ -291,18 +291,19 @@ def _queue(conn, provider, waiter, own, account, quote, now):
     )
 
 
+# One account's open attempts, read through the attempt_open_account index (schema.py).
+OPEN_COUNTS_SQL = """SELECT day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
+                  COALESCE(SUM(ceiling_nusd), 0), COALESCE(SUM(ceiling_tokens), 0)
+           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?
+           GROUP BY 1, 2, 3"""
+
+
 def _open_counts(conn, provider, name, month, day, client):
     """``selection.OpenCount`` per limit of account ``name``: its open attempts this period, today,
     and ``client``'s, with those left open with an unknown outcome (a recorded outcome: no longer
     in flight) and their ceilings (docs/architecture.md "Waiting for room")."""
     counts = {"budget": [0, 0, 0], "daily budget": [0, 0, 0], "cap": [0, 0, 0], "token cap": [0, 0, 0]}
-    for row in conn.execute(
-        """SELECT day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
-                  COALESCE(SUM(ceiling_nusd), 0), COALESCE(SUM(ceiling_tokens), 0)
-           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?
-           GROUP BY 1, 2, 3""",
-        (day, client, provider, name, month),
-    ):
+    for row in conn.execute(OPEN_COUNTS_SQL, (day, client, provider, name, month)):
         today, mine, unknown, n, nusd, tokens = row[0], row[1], row[2], row[3], row[4], row[5]
         for noun, applies, amount in (
             ("budget", True, nusd), ("daily budget", today, nusd), ("cap", mine, nusd), ("token cap", mine, tokens),

@@ -552,7 +552,8 @@ class PostgresBackend:
                 )
             if not set(schema.BASE_TABLES) <= set(columns):
                 raise self.unavailable(f"a version-{version} ledger with a base table missing")
-            return version == schema.VERSION and set(TABLE_NAMES) <= set(columns) and all(
+            indexes = {row[0] for row in raw.execute("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+            return version == schema.VERSION and set(TABLE_NAMES) <= set(columns) and INDEX_NAMES <= indexes and all(
                 column in columns.get(table, ()) for table, column, _ in schema.COLUMNS
             )
         if set(columns) - set(TABLE_NAMES):
@@ -619,8 +620,9 @@ class PostgresBackend:
 
 TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation", "month_conversation_total")
 BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  # issue 23: standard SQL, run as is
-# An open checks tables and columns, not indexes: the conversation views' indexes came with
-# month_conversation_total, so a ledger missing them is missing it too and is migrated.
+# An open checks tables, columns and indexes: a ledger missing an index an older build did not
+# make is migrated (CREATE INDEX IF NOT EXISTS, keeping every row).
+INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")
