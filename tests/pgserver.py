@@ -44,8 +44,11 @@ def _clean_env():
 
 
 class Server:
-    def __init__(self, *, durable=False):
-        """``durable``: fsync and synchronous_commit on (bench/ledger.py); the tests run without."""
+    def __init__(self, *, durable=False, listen=("127.0.0.1",), hba=(), settings=()):
+        """``durable``: fsync and synchronous_commit on (bench/ledger.py); the tests run without.
+        ``listen``: the addresses it listens on (loopback only by default); ``hba``: extra pg_hba.conf lines;
+        ``settings``: extra ``-c`` settings (bench/fleet.py listens on a veth, trusts its peer)."""
+        self.listen, self.hba, self.extra_settings = tuple(listen), tuple(hba), tuple(settings)
         self.bin = binaries()
         if self.bin is None:
             raise RuntimeError("no PostgreSQL binaries (Debian: apt-get install postgresql)")
@@ -73,8 +76,11 @@ class Server:
     def start(self):
         self._run(os.path.join(self.bin, "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
                   "-E", "UTF8", "--locale=C", "--no-sync")
-        settings = [f"-c unix_socket_directories={self.dir}", "-c listen_addresses=127.0.0.1",
-                    "-c max_connections=100", "-c shared_buffers=32MB"]
+        if self.hba:
+            with open(self.data / "pg_hba.conf", "a") as hba:
+                hba.write("".join(f"{line}\n" for line in self.hba))
+        settings = [f"-c unix_socket_directories={self.dir}", f"-c listen_addresses={','.join(self.listen)}",
+                    "-c max_connections=100", "-c shared_buffers=32MB", *(f"-c {s}" for s in self.extra_settings)]
         if not self.durable:
             settings += ["-c fsync=off", "-c synchronous_commit=off", "-c full_page_writes=off"]
         for _ in range(3):

@@ -13,6 +13,7 @@ import pytest
 
 from routed_helpers import attempts
 from llm_accounts import transport
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 # Claude Haiku 4.5 in the shipped revision: nanodollars per token (docs/pricing.md).

@@ -17,6 +17,7 @@ import pytest
 from hostile import MODEL, hostile_account, text_reply  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from llm_accounts import ledger as ledger_module
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 PROMPTS = 6
 WORKERS = 2  # fewer worker threads than prompts: later settlements queue for one
@@ -111,7 +112,7 @@ def test_an_async_settlement_past_the_lock_bound_delivers_the_answer_with_one_wa
     assert (row["state"], row["outcome"]) == ("open", None)
     [warning] = [line for line in result.output.splitlines() if "ledger_busy" in line]
     assert warning.endswith(
-        f"Warning: ledger_busy: the ledger stayed locked by another process for 0.3 s; the attempt's outcome was not "
+        f"Warning: ledger_busy: the ledger {ledger_path} stayed locked by another process for 0.3 s; the attempt's outcome was not "
         f"written (the answer was delivered, but attempt {row['id']} on account 'alpha' could not be settled: it stays "
         f"open with its ceiling until 'llm accounts reconcile {row['id']}'; do not retry the prompt, it was already answered)"
     )

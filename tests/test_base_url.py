@@ -13,6 +13,7 @@ from llm_accounts import transport
 from llm_accounts.classify import failure_class, parse_error_body
 from llm_accounts.errors import AccountsError
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 

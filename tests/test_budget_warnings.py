@@ -11,6 +11,7 @@ from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
 from routed_helpers import llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)  # mid credit period 2026-11

@@ -15,6 +15,7 @@ from llm_accounts import catalog, clock, pricing
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 
 def declare(user_path, key, monkeypatch):

@@ -15,6 +15,7 @@ from llm.cli import cli
 from llm_accounts import catalog, clock
 from llm_accounts.declarations import load_declaration
 from llm_accounts.standin import server as standin_server
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 LIVENESS_S = 60  # a guard against hanging forever, not a timing assertion
 HAIKU = "claude-haiku-4-5-20251001"

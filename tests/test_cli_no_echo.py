@@ -12,6 +12,7 @@ from llm.cli import cli
 
 from conftest import assert_no_key_material
 from llm_accounts import clock
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

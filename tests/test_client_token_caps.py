@@ -26,6 +26,7 @@ from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unkno
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

@@ -16,6 +16,7 @@ from conftest import assert_no_key_material
 from routed_helpers import attempts, llm_cli
 from llm_accounts.ledger import Ledger
 from llm_accounts.standin import count_tokens as standin_count
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 HAIKU = "claude-haiku-4-5-20251001"

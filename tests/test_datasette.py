@@ -163,9 +163,19 @@ def build_ledger(path, now=NOW, wall=None):
     return path
 
 
+@pytest.fixture(scope="module")
+def built_ledger(tmp_path_factory):
+    """The ledger above, written once per module (each ``build_ledger`` takes seconds on a loaded
+    machine); its wall-clock rows are an hour or more from the real clock, far past a module's run."""
+    return build_ledger(tmp_path_factory.mktemp("built") / "accounts-ledger.db")
+
+
 @pytest.fixture
-def ledger(ledger_path):
-    return build_ledger(ledger_path)
+def ledger(ledger_path, built_ledger):
+    """A copy of the built ledger at ``ledger_path``: a test may change its own."""
+    ledger_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(built_ledger, ledger_path)
+    return ledger_path
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
 """The Datasette queries and dashboard on a ledger filled through the routed model (issue 6)."""
 
 import datetime as dt
+import shutil
 import sqlite3
 
 import pytest
@@ -10,20 +11,30 @@ from llm.cli import cli
 
 import datasette_plugin
 from datasette_plugin.queries import QUERIES
-from llm_accounts import clock, schema
+from llm_accounts import catalog, clock, schema
 from llm_accounts.money import usd_exact
 
 MODEL = "claude-routed/claude-haiku-4-5"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 
 
+@pytest.fixture(scope="module")
+def written_once(tmp_path_factory):
+    """Where the first test's routed ledger is kept, so the others start from a copy of it."""
+    return tmp_path_factory.mktemp("routed") / "ledger"
+
+
 @pytest.fixture
-def routed_ledger(accounts, ledger_path, monkeypatch):
+def routed_ledger(accounts, ledger_path, monkeypatch, written_once):
     """A ledger written only by real routed prompts: completions, refusals, an open attempt.
 
     The ledger's clock is fixed at ``NOW`` for the whole test, so every attempt and the test's
-    reading of the current credit period fall in one period whatever the date."""
+    reading of the current credit period fall in one period whatever the date. The prompts run
+    once per module; each later test gets a copy of the ledger directory they wrote."""
     monkeypatch.setattr(clock, "now", lambda: NOW)
+    if written_once.exists():
+        shutil.copytree(written_once, ledger_path.parent, dirs_exist_ok=True)
+        return ledger_path
 
     def prompt(*args):
         return CliRunner().invoke(cli, ["-m", MODEL, *args])
@@ -37,6 +48,8 @@ def routed_ledger(accounts, ledger_path, monkeypatch):
     prompt("-o", "account", "alpha", "-o", "retries", "0", "Refused by a 429")
     accounts.set_behaviour("beta", "drop")
     prompt("-o", "account", "beta", "Dropped mid-stream")
+    catalog.wait_for_background(30)  # nothing still writing while the ledger is copied
+    shutil.copytree(ledger_path.parent, written_once)
     return ledger_path
 
 

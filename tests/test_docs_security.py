@@ -28,20 +28,21 @@ def test_the_httpx_line_in_the_logging_table_is_the_one_logged(standin, canary_k
     assert documented.replace("<base URL>", standin.base_url) == logged
 
 
-def test_a_new_ledger_and_its_journal_are_user_only_and_an_existing_directory_keeps_its_mode(tmp_path):
+def test_a_new_ledger_and_its_write_ahead_log_are_user_only_and_an_existing_directory_keeps_its_mode(tmp_path):
     folder = tmp_path / "shared"
     folder.mkdir(mode=0o755)
     os.chmod(folder, 0o755)
     path = folder / "ledger.db"
-    Ledger(path).close()
-    writer = sqlite3.connect(path)
-    writer.execute("BEGIN IMMEDIATE")
-    writer.execute("CREATE TABLE scratch (x)")  # a write transaction makes the rollback journal
-    try:
-        modes = {name: stat.S_IMODE(os.stat(folder / name).st_mode) for name in ("ledger.db", "ledger.db-journal")}
-    finally:
-        writer.rollback()
-        writer.close()
-    assert modes == {"ledger.db": 0o600, "ledger.db-journal": 0o600}
+    with Ledger(path):
+        writer = sqlite3.connect(path)
+        writer.execute("BEGIN IMMEDIATE")
+        writer.execute("CREATE TABLE scratch (x)")  # a write transaction writes to the log
+        try:
+            names = ("ledger.db", "ledger.db-wal", "ledger.db-shm")
+            modes = {name: stat.S_IMODE(os.stat(folder / name).st_mode) for name in names}
+        finally:
+            writer.rollback()
+            writer.close()
+    assert modes == {"ledger.db": 0o600, "ledger.db-wal": 0o600, "ledger.db-shm": 0o600}
     assert stat.S_IMODE(os.stat(folder).st_mode) == 0o755
     assert "an existing directory keeps its mode" in " ".join(SECURITY.split())

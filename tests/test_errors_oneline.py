@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from hostile import hostile_account, text_reply  # noqa: F401  (fixture)
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
@@ -128,7 +129,7 @@ def test_ledger_busy_after_the_answer_delivers_it_and_says_the_attempt_stays_ope
     [row] = attempts(ledger_path)
     [warning] = [line for line in result.output.splitlines() if "ledger_busy" in line]
     assert warning.endswith(
-        f"Warning: ledger_busy: the ledger stayed locked by another process for 0.3 s; the attempt's outcome was not "
+        f"Warning: ledger_busy: the ledger {ledger_path} stayed locked by another process for 0.3 s; the attempt's outcome was not "
         f"written (the answer was delivered, but attempt {row['id']} on account 'alpha' could not be settled: it stays "
         f"open with its ceiling until 'llm accounts reconcile {row['id']}'; do not retry the prompt, it was already answered)"
     )
@@ -149,7 +150,7 @@ def test_ledger_busy_before_sending_says_nothing_was_sent(accounts, ledger_path,
     finally:
         db.execute("ROLLBACK")
         db.close()
-    assert line == "Error: ledger_busy: the ledger stayed locked by another process for 0.3 s; nothing was sent, try again"
+    assert line == f"Error: ledger_busy: the ledger {ledger_path} stayed locked by another process for 0.3 s; nothing was sent, try again"
     assert len(accounts.requests) == sent
 
 

@@ -19,6 +19,7 @@ import pytest
 from llm_accounts import notices
 from llm_accounts.money import usd_fine
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 LONG_PROMPT = "Tell me everything about " + " ".join(f"topic{n}" for n in range(40))

@@ -15,6 +15,7 @@ import pytest
 from conftest import assert_no_key_material
 from hostile import MODEL, hostile_account, json_reply, message, raw_reply, sse, text_stream, usage  # noqa: F401
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 DEEP = 100_000
 

@@ -11,6 +11,7 @@ from llm_accounts import clock
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 # Budgets well above a plain claude-routed ceiling ($7.92 at its default max_tokens of 128,000),
 # so a $3 spend changes the order, not whether an account can admit.

@@ -27,6 +27,7 @@ from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.pricing import Quote
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 PAGE = 4096
@@ -47,24 +48,24 @@ def template(tmp_path_factory):
 
 
 @pytest.fixture
-def filled(accounts, ledger_path, user_path, template):
-    """The ``accounts`` ledger, a copy of ``template``. llm's own logs.db is migrated first, so a
-    child's file-system faults meet only the ledger."""
-    import sqlite_utils
-    from llm.migrations import migrate
-
-    migrate(sqlite_utils.Database(user_path / "logs.db"))
+def filled(accounts, ledger_path, user_path, template, existing_logs_db):
+    """The ``accounts`` ledger, a copy of ``template``. llm's own logs.db is already migrated
+    (tests/llm_logs.py), so a child's file-system faults meet only the ledger."""
     ledger_path.parent.mkdir(mode=0o700)
     shutil.copy(template, ledger_path)
     return ledger_path
 
 
 def digests(directory):
-    """Every file beside the ledger and its bytes' digest: what "left as it was" compares."""
-    return {
-        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
-        for name in sorted(os.listdir(directory))
-    }
+    """Every file beside the ledger and its bytes' digest: what "left as it was" compares. SQLite's
+    shared-memory index (``-shm``) and an empty write-ahead log (``-wal``) hold no row: a process
+    that opened the ledger may leave them (docs/reliability.md "Ledger faults")."""
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        data = (directory / name).read_bytes()
+        if not (name.endswith("-shm") or (name.endswith("-wal") and not data)):
+            found[name] = hashlib.sha256(data).hexdigest()
+    return found
 
 
 def prompt():
@@ -197,7 +198,7 @@ def test_a_read_only_ledger_refuses_the_prompt_before_sending(accounts, filled, 
 
 def test_a_full_disk_by_file_size_limit_refuses_the_prompt_before_sending(accounts, filled):
     before = digests(filled.parent)
-    process = child_prompt(limit=1024)  # not even the rollback journal's first page fits
+    process = child_prompt(limit=1024)  # not even the write-ahead log's first frame fits
     assert_child_refused(process, accounts, before, filled)
 
 

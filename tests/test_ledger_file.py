@@ -66,20 +66,10 @@ def test_a_new_ledger_has_schema_version_3_and_every_table(tmp_path):
     assert set(schema.TABLE_NAMES) <= tables
 
 
-def test_the_ledger_uses_a_rollback_journal_full_sync_and_foreign_keys(tmp_path):
+def test_the_ledger_uses_a_write_ahead_log_full_sync_and_foreign_keys(tmp_path):
     with Ledger(tmp_path / "ledger.db") as ledger:
         pragmas = [ledger._conn.execute(f"PRAGMA {name}").fetchone()[0] for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")]
-    assert pragmas == ["delete", 2, 1, 5000]
-
-
-def test_a_ledger_someone_switched_to_wal_is_switched_back(tmp_path):
-    path = tmp_path / "ledger.db"
-    Ledger(path).close()
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.close()
-    with Ledger(path) as ledger:
-        assert ledger._conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert pragmas == ["wal", 2, 1, 5000]
 
 
 # Refusing files it cannot trust

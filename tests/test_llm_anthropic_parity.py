@@ -10,6 +10,7 @@ import pytest
 from llm_accounts import models, transport
 from llm_accounts.payload import SCHEMA_TOOL
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 HAIKU = "claude-routed/claude-haiku-4-5"
 SONNET = "claude-routed/claude-sonnet-4-6"

@@ -7,6 +7,7 @@ import pytest
 
 from llm_accounts.models import dotted_alias
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ import re
 import pytest
 from conftest import assert_no_key_material, make_key
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 

@@ -14,6 +14,7 @@ from llm_accounts.pricing import Revision, current_revision
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli
 from test_provider_pass import HAIKU, MODEL, fake_clock, org, rows  # noqa: F401 (fixtures)
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 
 def audit(*extra):

@@ -21,6 +21,7 @@ from llm_accounts.pricing import current_revision, settlement_cost
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 HAIKU = "claude-haiku-4-5-20251001"

@@ -21,6 +21,7 @@ from llm_accounts.pricing import current_revision, settlement_cost
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import attempts
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 START = dt.datetime(2028, 2, 29, 23, 58, 30, tzinfo=dt.timezone.utc)  # a leap day, near a credit period's end
 MODEL = "claude-routed/claude-haiku-4-5"

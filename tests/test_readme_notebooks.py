@@ -7,10 +7,11 @@ import io
 import json
 import pathlib
 import re
+import shutil
 
 import pytest
 
-from llm_accounts import clock
+from llm_accounts import catalog, clock
 from routed_helpers import attempts, llm_cli
 
 README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
@@ -27,14 +28,30 @@ def run_snippet(code):
     return out.getvalue()
 
 
+@pytest.fixture(scope="module")
+def made_once(tmp_path_factory):
+    """Where the first test's history is kept, so the others start from a copy of the same files."""
+    return tmp_path_factory.mktemp("history") / "made"
+
+
 @pytest.fixture
-def history(accounts, ledger_path, monkeypatch):
-    """Three prompts and a correction, at a fixed instant."""
+def history(accounts, ledger_path, user_path, monkeypatch, made_once):
+    """Three prompts and a correction, at a fixed instant; returns status --json's accounts.
+
+    Made through the routed model once per module; each later test gets a copy of the ledger
+    and llm's logs.db as they were written (a test may change its copy)."""
     monkeypatch.setattr(clock, "now", lambda: NOW)
-    for prompt in ("One", "Two", "Three"):
-        assert llm_cli("-m", MODEL, prompt).exit_code == 0
-    result = llm_cli("accounts", "adjust", "alpha", "--month", "2026-11", "--delta", "1.25", "--source", "console")
-    assert result.exit_code == 0, result.output
+    if made_once.exists():
+        shutil.copytree(made_once / "ledger", ledger_path.parent, dirs_exist_ok=True)
+        shutil.copy(made_once / "logs.db", user_path / "logs.db")
+    else:
+        for prompt in ("One", "Two", "Three"):
+            assert llm_cli("-m", MODEL, prompt).exit_code == 0
+        result = llm_cli("accounts", "adjust", "alpha", "--month", "2026-11", "--delta", "1.25", "--source", "console")
+        assert result.exit_code == 0, result.output
+        catalog.wait_for_background(30)  # nothing still writing while the files are copied
+        shutil.copytree(ledger_path.parent, made_once / "ledger")
+        shutil.copy(user_path / "logs.db", made_once / "logs.db")
     return json.loads(llm_cli("accounts", "status", "--json").output)["accounts"]
 
 

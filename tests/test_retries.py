@@ -16,6 +16,7 @@ from llm_accounts.ledger import Ledger, Refused, Scope
 from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 

@@ -16,6 +16,7 @@ import pytest
 from llm_accounts import clock, models
 from llm_accounts.ledger import Ledger
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # mid credit period 2026-11

@@ -10,6 +10,7 @@ from llm_accounts import clock
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

@@ -9,6 +9,7 @@ import pytest
 
 from hostile import Reply, hostile_account  # noqa: F401  (fixture)
 from routed_helpers import attempts
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 

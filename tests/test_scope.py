@@ -13,6 +13,7 @@ import sqlite3
 import llm
 
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 

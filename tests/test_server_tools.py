@@ -21,6 +21,7 @@ from llm_accounts.standin import wire as standin_wire
 from llm_accounts.standin.cache import CachePlan
 from llm_accounts.standin.replies import plan_reply
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
 MODEL = "claude-routed/claude-haiku-4-5"
 HAIKU = "claude-haiku-4-5-20251001"

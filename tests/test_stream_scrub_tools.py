@@ -14,6 +14,7 @@ from llm_accounts import payload
 from llm_accounts.events import StreamReader
 from llm_accounts.scrub import MASK
 from routed_helpers import attempts, llm_cli
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 FUNCTIONS = "def lookup(city: str) -> str:\n    return 'Sunny in ' + city\n"
 

@@ -15,6 +15,7 @@ from routed_helpers import attempts, llm_cli
 from test_secrets_reach import assert_nothing_reachable
 from llm_accounts import classify
 from llm_accounts.errors import AccountsError
+from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 # A body that would be a whole answer on a 200: an unexpected status is not read as one.
 ANSWER = b'{"type":"message","role":"assistant","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}'

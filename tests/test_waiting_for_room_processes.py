@@ -21,6 +21,10 @@ from llm_accounts.money import NANO
 from llm_accounts.pricing import Quote
 from routed_helpers import llm_cli
 
+# llm's logs.db migrations race between processes starting together on a new directory: every
+# test starts from an already-migrated logs.db, as a user's existing one is.
+from llm_logs import existing_logs_db  # noqa: F401  (autouse)
+
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 ROUTED = "claude-routed"  # its default ceiling is $7.92 (docs/pricing.md)
 LLM = os.path.join(os.path.dirname(sys.executable), "llm")
@@ -38,15 +42,6 @@ def hold(location, account, nusd, now=NOW):
 def release(location, now=NOW):
     with Ledger(location) as ledger:
         ledger.settle("held-1", NotSent(), now=now)
-
-
-def migrate_logs(user_path):
-    """llm's logs.db migrations race between processes starting together on a new directory:
-    migrate it first, as a user's existing one is."""
-    import sqlite_utils
-    from llm.migrations import migrate
-
-    migrate(sqlite_utils.Database(user_path / "logs.db"))
 
 
 def start(*args, extra_env=None):
@@ -81,7 +76,6 @@ def alpha_only(accounts):
 def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_completes_when_it_settles(
     alpha_only, accounts, user_path, ledger_path
 ):
-    migrate_logs(user_path)
     hold(ledger_path, alpha_only, 5 * NANO)  # $5.00 + $7.92 > $10.00: no room until it settles
     process = start("Hello")
     lines = stderr_lines(process)
@@ -103,7 +97,6 @@ def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_comple
 def test_past_its_bound_a_prompt_says_the_money_is_held_not_spent_and_how_to_free_it(
     alpha_only, accounts, user_path, ledger_path
 ):
-    migrate_logs(user_path)
     hold(ledger_path, alpha_only, 5 * NANO)
     process = start("-o", "wait", "0.5", "Hello")
     _, err = process.communicate(timeout=120)
@@ -156,7 +149,6 @@ def test_a_bad_wait_option_is_one_coded_line(value, accounts, ledger_path):
 def six_parallel_prompts(accounts, user_path, extra_env=None):
     """Six ``llm -m claude-routed`` processes at once on two $20 accounts: two $7.92 ceilings fit
     an account at a time, so two of the six find no room until an answer settles."""
-    migrate_logs(user_path)
     for name in ("alpha", "beta"):
         accounts.set_behaviour(name, "slow", delay=0.5)
     # --no-log: llm's own logs.db can stay locked past its timeout with six writers on a loaded

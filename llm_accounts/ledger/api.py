@@ -394,7 +394,12 @@ class Ledger:
 
     def audit(self, *, provider="anthropic"):
         """Recompute every month's running totals from its attempt rows; list any that differ."""
-        return self._run("audit", reports.audit, provider, write=False)
+
+        def run(conn):
+            self._backend.bulk(conn)  # it sums every attempt: the export's statement bound
+            return reports.audit(conn, provider)
+
+        return self._run("audit", run, write=False)
 
     @property
     def db(self):

@@ -40,14 +40,17 @@ class Unavailable(Exception):
         self.why = why
 
 
-def busy(op="reserve"):
-    """``ledger_busy``; only a refused reservation proves that nothing was sent."""
+def busy(op="reserve", location=None):
+    """``ledger_busy``, naming the ledger (``location``: a file, or a URL with its password masked);
+    only a refused reservation proves that nothing was sent."""
     fate = {
         "reserve": "nothing was sent, try again",
         "settle": "the attempt's outcome was not written",
     }.get(op, "nothing was written, try again")
     return AccountsError(
-        "ledger_busy", f"the ledger stayed locked by another process for {package.BUSY_TIMEOUT_S:g} s; {fate}"
+        "ledger_busy",
+        f"the ledger{f' {location}' if location else ''} stayed locked by another process for "
+        f"{package.BUSY_TIMEOUT_S:g} s; {fate}",
     )
 
 
@@ -104,8 +107,8 @@ def run(ledger, op, fn, *args, write=True, transaction=True):
             return in_transaction(ledger, fn, args, write) if transaction else fn(*args)
     except AccountsError as error:
         outcome = error.code
-        if error.code == "ledger_busy" and op != "reserve":
-            raise busy(op) from None
+        if error.code == "ledger_busy":
+            raise busy(op, ledger.location) from None
         raise
     except BaseException as error:
         outcome = type(error).__name__

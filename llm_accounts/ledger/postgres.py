@@ -19,8 +19,14 @@ this package (docs/architecture.md "The write path"), the same on both backends;
   a lock is granted sees every earlier holder's commit. Reads (``status``, ``ladder``, an
   admission's read) take a REPEATABLE READ READ ONLY snapshot and no lock, as SQLite's deferred
   ``BEGIN`` does;
-- bounds the wait: ``SET LOCAL lock_timeout`` of the busy timeout (five seconds); SQLSTATE 55P03
-  (lock_not_available), 57014 (query_canceled), 40P01 and 40001 are ``ledger_busy``;
+- bounds every wait: the connection's session sets ``lock_timeout`` and ``statement_timeout`` to
+  the busy timeout (five seconds) before its first read, so every statement, reads and the schema
+  check on open included, gives up rather than hangs behind a lock held by maintenance
+  (``VACUUM FULL``, ``REINDEX`` or a queued ``ALTER TABLE`` on any ledger table); an export, an
+  audit and a schema migration, which read or rewrite every row, get ``BULK_TIMEOUT_S`` per
+  statement instead, under the same lock bound. Connecting is bounded by libpq's
+  ``connect_timeout``. SQLSTATE 55P03 (lock_not_available), 57014 (query_canceled), 40P01 and
+  40001 are ``ledger_busy`` (docs/architecture.md "Ledger on PostgreSQL");
 - speaks the dialect: the rules' SQLite-style ``?``, ``?N`` and ``:name`` parameters are rewritten
   to psycopg's, rows answer by name and by position like ``sqlite3.Row``, ``SUM`` of ``bigint``
   (``numeric``) comes back as ``int``, and the admission order SQLite keeps in ``rowid`` is the
@@ -51,6 +57,9 @@ TABLE_NAMES = (*schema.TABLE_NAMES, META_TABLE)
 BUSY_SQLSTATES = frozenset(("55P03", "57014", "40P01", "40001"))
 # Versions an open brings up to ``schema.VERSION`` (the PostgreSQL ledger shipped at version 2).
 MIGRATES_FROM = (2,)
+# Per-statement bound for the commands that read or rewrite every row (export, migration on open):
+# a large ledger takes longer than the busy timeout to copy, but a lock wait is still the busy one.
+BULK_TIMEOUT_S = 600
 
 
 is_url = is_database_url
@@ -416,6 +425,11 @@ class PostgresBackend:
             self.rollback(conn)
             raise
 
+    def bulk(self, conn):
+        """Inside a transaction that reads every row (``audit``): ``BULK_TIMEOUT_S`` per statement
+        until it ends; lock waits keep the busy timeout."""
+        conn.raw.execute(f"SET LOCAL statement_timeout = '{BULK_TIMEOUT_S * 1000}ms'")
+
     def commit(self, conn):
         conn.raw.execute("COMMIT")
 
@@ -498,7 +512,9 @@ class PostgresBackend:
 
     def _prepare(self, conn, timeout):
         raw = conn.raw
-        schema_name = raw.execute("SELECT current_schema()").fetchone()[0]
+        # One exchange: the schema's name (no lock to wait for; psycopg keeps the first result), then
+        # the session's bounds for every statement after it.
+        schema_name = raw.execute(f"SELECT current_schema(); {_bounds(timeout, timeout)}").fetchone()[0]
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
@@ -514,6 +530,7 @@ class PostgresBackend:
             return
         raw.execute(f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
         try:
+            raw.execute(_bounds(timeout, BULK_TIMEOUT_S, local=True))
             if not self._check(raw, creating=True):
                 present = {row[0] for row in raw.execute(
                     "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
@@ -580,7 +597,8 @@ class PostgresBackend:
         raw = conn.raw
         try:
             copy.execute("BEGIN IMMEDIATE")
-            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; "
+                        + _bounds(self._timeout, BULK_TIMEOUT_S, local=True))
             try:
                 for table in EXPORT_ORDER:
                     names = [row[1] for row in copy.execute(f"PRAGMA table_info({table})")]
@@ -616,6 +634,14 @@ class PostgresBackend:
         path = os.path.join(directory, "accounts-ledger.db")
         ledger.export(path)
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
+
+
+def _bounds(lock_s, statement_s, local=False):
+    """``SET`` statements bounding lock waits and statement time (docs/architecture.md "Ledger on
+    PostgreSQL"): past either, PostgreSQL cancels the statement (55P03, 57014: ``ledger_busy``)."""
+    scope = "LOCAL " if local else ""
+    return (f"SET {scope}lock_timeout = '{max(1, int(lock_s * 1000))}ms'; "
+            f"SET {scope}statement_timeout = '{max(1, int(statement_s * 1000))}ms'")
 
 
 TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_conversation", "month_conversation_total")

@@ -4,10 +4,13 @@ The rules (admission, settlement, selection, health, warm prefixes) are in the r
 ``llm_accounts.ledger`` (docs/architecture.md "The write path") and are the same on every
 backend; this module only opens the file and runs its transactions (docs/architecture.md "Ledger").
 
-Every write is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection (rollback
-journal, ``synchronous=FULL``, foreign keys on): SQLite's file lock serializes writers across
-processes. A lock held past the busy timeout is ``ledger_busy``; an unreadable or newer file is
-``ledger_unavailable`` and is never reset, replaced or deleted. Schema version in ``user_version``.
+Every write is one ``BEGIN IMMEDIATE`` transaction on a stdlib ``sqlite3`` connection (write-ahead
+log, ``synchronous=FULL``, foreign keys on): SQLite's file lock serializes writers across
+processes. In WAL a reader (``status``, Datasette, a notebook) reads its snapshot without a lock a
+writer's commit waits for, so readers never delay admission, and each commit appends to one file
+(docs/performance.md "Fleet": 8 processes, WAL against the rollback journal). A lock held past the
+busy timeout is ``ledger_busy``; an unreadable or newer file is ``ledger_unavailable`` and is never
+reset, replaced or deleted. Schema version in ``user_version``.
 """
 
 import contextlib
@@ -21,6 +24,10 @@ from .. import schema
 from ..errors import AccountsError
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+# The journal every open puts the file in (docs/architecture.md "Ledger"): a file in a rollback
+# journal is switched on open, keeping every row. bench/fleet.py sets "delete" to measure that one.
+# The -wal and -shm files take the ledger file's mode (SQLite copies it), so they are 0600 too.
+JOURNAL_MODE = "wal"
 
 # Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
 _INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
@@ -67,6 +74,9 @@ class SqliteBackend:
 
     def begin(self, conn, write):
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def bulk(self, conn):
+        """A transaction that reads every row: SQLite bounds only lock waits, nothing to raise."""
 
     def commit(self, conn):
         conn.execute("COMMIT")
@@ -178,10 +188,6 @@ class SqliteBackend:
         conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")
         conn.execute("PRAGMA synchronous = FULL")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() == "wal":
-            # A rollback journal (docs/architecture.md "Ledger"): a file switched to WAL is switched back.
-            if conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0].lower() != "delete":
-                raise self.unavailable("it is in WAL mode and could not be switched back to a rollback journal")
         if not _schema_text_is_utf8(conn):
             raise self.unavailable("its schema holds text that is not UTF-8, so it is damaged or not a ledger")
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -189,16 +195,20 @@ class SqliteBackend:
             raise self.unavailable(
                 f"schema version {version} is not one this llm-accounts understands (it reads versions up to {schema.VERSION}); upgrade llm-accounts"
             )
-        if version == schema.VERSION and _schema_complete(conn):
-            return
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            self._migrate(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
+        if version != schema.VERSION or not _schema_complete(conn):
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                self._migrate(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        # Only a file known to be a ledger changes journal (a foreign database is left as it is).
+        # Where it cannot change (a read-only file or directory) it keeps the journal it has: the
+        # mode is the file's, so every process uses the same one, and reads still work.
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != JOURNAL_MODE:
+            conn.execute(f"PRAGMA journal_mode = {JOURNAL_MODE}")
 
     def _migrate(self, conn):
         """Create a fresh ledger, or bring an older one (version 1, or version 2 missing a later

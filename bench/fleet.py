@@ -1,0 +1,739 @@
+"""A fleet on one ledger: admissions per second against raw commits, same processes, same run.
+
+    sudo .venv/bin/python bench/fleet.py [--quick] [--rounds R] [--seconds S]
+        [--processes 8,32,64] [--accounts 1,8,50] [--rtt 0,1,5] [--backends sqlite,postgres]
+
+Printed, never asserted (docs/performance.md "Fleet"). For each number of processes N a pool of N
+worker processes is started once; every arm sends the same pool the same command and counts what
+each process did between one start and one stop instant:
+
+- **raw**: single-row commits (``BEGIN; INSERT one row; COMMIT``) on the same server or in a file
+  beside the ledger, with the same durability (``synchronous_commit=on``, fsync on;
+  ``synchronous=FULL`` and the same journal for SQLite);
+- **ledger k**: admissions through the ledger's own API, ``reserve`` then ``settle`` (two ledger
+  transactions), with k accounts declared; process i is pinned to account ``i mod k``, so with
+  k = 1 every process admits on one hot account and with k = 50 the admissions can only touch
+  different accounts when N <= 50.
+
+The ratio is ledger transactions per second (2 x admissions) over raw commits per second, each arm's
+raw taken from the same round. Arms are interleaved, their order rotated each round, so drift in
+a shared machine affects both.
+
+SQLite: a rollback journal (``journal_mode=DELETE``) against WAL, both ``synchronous=FULL``, each
+with raw commits in the same journal mode; then the ledger again with a reader process running
+``status`` and a ``mode=ro`` read summing the attempt table (what Datasette does) 20 times a
+second, to see whether readers delay admission. ``ledger_busy`` refusals are counted.
+
+PostgreSQL: a throwaway server (tests/pgserver.py, fsync and synchronous_commit on). The worker
+processes run in a network namespace joined to the host by a veth pair with a private /30
+(10.231.77.0/30), set up and torn down here (root needed; without it everything runs on the
+loopback and the round-trip arms are skipped). The server listens on 127.0.0.1 and the host end of
+the veth. Round trip 0 connects across the veth directly; 1 ms and 5 ms add ``tc qdisc netem
+delay`` of half the round trip on each end of the veth, or, on a kernel without ``sch_netem``,
+relay each connection through a delaying TCP relay on the host end (half the round trip each
+way, order kept; the relay is a process of its own, its CPU is not the server's).
+
+Server CPU: the time on a CPU (``/proc/<pid>/schedstat``, nanoseconds) of the arm's own server
+backends (found by application_name in ``pg_stat_activity``) over the arm, divided by what the arm
+did: the statements, triggers, locking and commits each backend ran, with no extension to load.
+Background processes (WAL writer, checkpointer, autovacuum) are left out, for both arms alike. Client CPU: each worker's
+``time.process_time()`` over the arm. Waits: ``pg_stat_activity`` sampled every 10 ms during the
+ledger arms, for the ledger's connections (application_name ``llm-accounts``): a wait event, or
+``CPU`` for an active backend not waiting, or ``ClientRead (idle in transaction)`` for a backend
+holding a transaction open while it waits for its client.
+"""
+
+import argparse
+import asyncio
+import collections
+import ctypes
+import multiprocessing
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+NS_HOST, NS_PEER, NS_PREFIX = "10.231.77.1", "10.231.77.2", 30
+BUDGET = 10**15  # nanodollars: never the limit
+CEILING = 3_000_000_000
+COST = 4_500_000
+MODEL = "claude-sonnet-4-5-20250929"
+USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read_input_tokens": 0}
+
+
+class Account:
+    def __init__(self, name):
+        self.name, self.key_env, self.budget_nusd = name, name.upper() + "_KEY", BUDGET
+        self.daily_budget_nusd, self.rank, self.weight, self.models = None, 0, 1, None
+
+
+class Quote:
+    requested_model = MODEL
+    ceiling_nusd = CEILING
+    price_revision = "bench"
+    request_digest = "0" * 64
+    cert = None
+    hour_after_key = False
+
+
+ACCOUNTS = [Account(f"acct{i:02d}") for i in range(50)]
+READ_EVERY_S = 0.05  # the reader arm: status and a Datasette-style read 20 times a second
+
+
+# ---------------------------------------------------------------------------------------------
+# Network: a namespace for the clients, a veth pair, a delay on it
+
+
+def sh(*argv, check=True):
+    return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+
+class Network:
+    """The clients' namespace and its veth pair; ``delay(rtt_ms)`` sets netem on both ends when
+    the kernel has it (``self.netem``), else the caller relays."""
+
+    def __init__(self):
+        tag = f"{os.getpid() % 100000}"
+        self.ns, self.host_if, self.peer_if = f"llmfleet{tag}", f"flh{tag}", f"fln{tag}"
+        self.up = self.netem = False
+
+    def __enter__(self):
+        try:
+            sh("ip", "netns", "add", self.ns)
+            self.up = True
+            sh("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.peer_if)
+            sh("ip", "link", "set", self.peer_if, "netns", self.ns)
+            sh("ip", "addr", "add", f"{NS_HOST}/{NS_PREFIX}", "dev", self.host_if)
+            sh("ip", "link", "set", self.host_if, "up")
+            sh("ip", "-n", self.ns, "addr", "add", f"{NS_PEER}/{NS_PREFIX}", "dev", self.peer_if)
+            sh("ip", "-n", self.ns, "link", "set", self.peer_if, "up")
+            sh("ip", "-n", self.ns, "link", "set", "lo", "up")
+            self.netem = sh("tc", "qdisc", "add", "dev", self.host_if, "root", "netem", "delay", "0ms", check=False).returncode == 0
+        except (subprocess.CalledProcessError, FileNotFoundError) as error:
+            self.__exit__()
+            raise RuntimeError(f"network namespace setup failed: {getattr(error, 'stderr', error)}") from None
+        return self
+
+    def delay(self, rtt_ms):
+        half = f"{rtt_ms / 2:g}ms"
+        sh("tc", "qdisc", "replace", "dev", self.host_if, "root", "netem", "delay", half)
+        sh("tc", "-n", self.ns, "qdisc", "replace", "dev", self.peer_if, "root", "netem", "delay", half)
+
+    def __exit__(self, *exc):
+        if self.up:
+            sh("ip", "link", "del", self.host_if, check=False)
+            sh("ip", "netns", "del", self.ns, check=False)
+            self.up = False
+
+
+def enter_netns(name):
+    """Join the network namespace ``name`` (this process is single-threaded here)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{name}", os.O_RDONLY)
+    try:
+        if libc.setns(fd, 0x40000000) != 0:  # CLONE_NEWNET
+            raise OSError(ctypes.get_errno(), "setns")
+    finally:
+        os.close(fd)
+
+
+def relay_main(listen_host, ports, target, ready):
+    """A TCP relay per ``(listen_port, rtt_ms)`` forwarding to ``target`` with half the round trip
+    added each way. Each direction keeps a queue of (due, bytes) flushed in order by one timer."""
+
+    async def pipe(reader, writer, delay):
+        loop = asyncio.get_running_loop()
+        queue, timer = collections.deque(), [None]
+
+        def flush():
+            timer[0] = None
+            now = loop.time()
+            while queue and queue[0][0] <= now:
+                writer.write(queue.popleft()[1])
+            if queue:
+                timer[0] = loop.call_at(queue[0][0], flush)
+
+        try:
+            while data := await reader.read(65536):
+                queue.append((loop.time() + delay, data))
+                if timer[0] is None:
+                    timer[0] = loop.call_at(queue[0][0], flush)
+            await asyncio.sleep(delay)
+            flush()
+            writer.write_eof()
+        except (ConnectionError, OSError):
+            pass
+
+    def serve(rtt_ms):
+        async def handle(reader, writer):
+            up_reader, up_writer = await asyncio.open_connection(*target)
+            for s in (writer, up_writer):
+                s.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            delay = rtt_ms / 2000
+            await asyncio.gather(pipe(reader, up_writer, delay), pipe(up_reader, writer, delay))
+            for s in (writer, up_writer):
+                s.close()
+
+        return handle
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # stopped by the bench: nothing to flush
+
+    async def main():
+        servers = [await asyncio.start_server(serve(rtt), listen_host, port) for port, rtt in ports]
+        ready.set()
+        await asyncio.gather(*(s.serve_forever() for s in servers))
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers: one pool of N processes per N, commanded arm by arm
+
+
+def worker_main(index, netns, commands, results):
+    if netns:
+        enter_netns(netns)
+    from llm_accounts.ledger import sqlite as ledger_sqlite
+    from llm_accounts.errors import AccountsError
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    ledgers, raws = {}, {}
+
+    def close_all():
+        for conn in [*ledgers.values(), *raws.values()]:
+            conn.close()
+        ledgers.clear()
+        raws.clear()
+
+    def raw_conn(target):
+        if target["key"] not in raws:
+            if target["kind"] == "sqlite":
+                conn = sqlite3.connect(target["raw"], timeout=5.0, isolation_level=None)
+                conn.execute(f"PRAGMA journal_mode = {target['journal']}")
+                conn.execute("PRAGMA synchronous = FULL")
+            else:
+                import psycopg
+
+                conn = psycopg.connect(target["raw"], autocommit=True, application_name="fleet-raw")
+            raws[target["key"]] = conn
+        return raws[target["key"]]
+
+    def ledger(target):
+        if target["key"] not in ledgers:
+            if target["kind"] == "sqlite":
+                ledger_sqlite.JOURNAL_MODE = target["journal"]
+            ledgers[target["key"]] = Ledger(target["ledger"])
+        return ledgers[target["key"]]
+
+    results.put(("ready", index))
+    n = 0
+    while True:
+        command = commands.get()
+        if command[0] == "stop":
+            close_all()
+            return
+        if command[0] == "switch":  # a new server address: drop the old connections
+            close_all()
+            results.put(("switched", index))
+            continue
+        arm, target, k, start_at, stop_at = command
+        try:
+            if arm == "raw":
+                conn, sqlite = raw_conn(target), target["kind"] == "sqlite"
+                insert = "INSERT INTO bench_raw (v) VALUES (?)" if sqlite else "INSERT INTO bench_raw (v) VALUES (%s)"
+                begin = "BEGIN IMMEDIATE" if sqlite else "BEGIN"
+            else:
+                led = ledger(target)
+                declared, pinned = ACCOUNTS[:k], ACCOUNTS[index % k].name
+            done = busy = 0
+            while time.time() < start_at:
+                time.sleep(0.0005)
+            cpu = time.process_time()
+            while time.time() < stop_at:
+                if arm == "raw":
+                    try:
+                        conn.execute(begin)
+                        conn.execute(insert, (uuid.uuid4().hex,))
+                        conn.execute("COMMIT")
+                        done += 1
+                    except sqlite3.OperationalError:
+                        conn.execute("ROLLBACK") if conn.in_transaction else None
+                        busy += 1
+                    continue
+                n += 1
+                attempt = f"w{index}-{n}-{uuid.uuid4().hex[:8]}"
+                try:
+                    led.reserve(Scope("conversation", f"w{index}-{n // 4}"), attempt, Quote, declared, pinned=pinned)
+                except AccountsError as error:
+                    busy += error.code == "ledger_busy"
+                    continue
+                try:
+                    led.settle(attempt, Complete(COST, USAGE, MODEL, None))
+                    done += 1
+                except AccountsError as error:
+                    busy += error.code == "ledger_busy"
+            results.put(("done", index, done, busy, time.process_time() - cpu))
+        except Exception as error:  # reported, never hidden
+            results.put(("failed", index, f"{type(error).__name__}: {error}"))
+
+
+class Pool:
+    def __init__(self, processes, netns):
+        ctx = multiprocessing.get_context("spawn")
+        self.results = ctx.Queue()
+        self.commands = [ctx.Queue() for _ in range(processes)]
+        self.workers = [ctx.Process(target=worker_main, args=(i, netns, self.commands[i], self.results), daemon=True)
+                        for i in range(processes)]
+        for w in self.workers:
+            w.start()
+        self._collect("ready", timeout=600)
+        self.warm = set()
+
+    def _collect(self, kind, timeout):
+        got = []
+        deadline = time.time() + timeout
+        while len(got) < len(self.workers):
+            message = self.results.get(timeout=max(1, deadline - time.time()))
+            if message[0] == "failed":
+                raise SystemExit(f"worker {message[1]} failed: {message[2]}")
+            if message[0] == kind:
+                got.append(message)
+        return got
+
+    def switch(self):
+        self.warm = set()
+        for q in self.commands:
+            q.put(("switch",))
+        self._collect("switched", timeout=120)
+
+    def warmup(self, arm, target):
+        """Connect (and open the ledger) outside any measured window, once per pool and target."""
+        if (arm, target["key"]) not in self.warm:
+            self.warm.add((arm, target["key"]))
+            self.run(arm, target, 1, 0.3)  # a few operations too: plans, caches, trigger functions
+
+    def run(self, arm, target, k, seconds):
+        self.warmup(arm, target)
+        start_at = time.time() + 0.3
+        for q in self.commands:
+            q.put((arm, target, k, start_at, start_at + seconds))
+        got = self._collect("done", timeout=seconds + 120)
+        return sum(m[2] for m in got), sum(m[3] for m in got), sum(m[4] for m in got)
+
+    def stop(self):
+        for q in self.commands:
+            q.put(("stop",))
+        for w in self.workers:
+            w.join(30)
+
+
+# ---------------------------------------------------------------------------------------------
+# Server CPU and waits
+
+
+def backend_cpu(pids):
+    """Seconds on a CPU of each server backend in ``pids`` (gone ones left out), from
+    ``/proc/<pid>/schedstat``: the scheduler's own nanoseconds, where ``/proc/<pid>/stat`` rounds each
+    backend to 10 ms ticks (64 backends, 64 rounding errors)."""
+    spent = {}
+    for pid in pids:
+        try:
+            spent[pid] = int(open(f"/proc/{pid}/schedstat").read().split()[0]) / 1e9
+        except OSError:
+            continue
+    return spent
+
+
+class WaitSampler(threading.Thread):
+    def __init__(self, url):
+        super().__init__(daemon=True)
+        import psycopg
+
+        self.conn = psycopg.connect(url, autocommit=True)
+        self.lock = threading.Lock()
+        self.counts, self.on, self.stopped = collections.Counter(), threading.Event(), threading.Event()
+
+    def query(self, sql, params=()):
+        with self.lock:
+            return self.conn.execute(sql, params).fetchall()
+
+    def run(self):
+        query = ("SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
+                 "WHERE application_name = 'llm-accounts' AND pid <> pg_backend_pid()")
+        while not self.stopped.is_set():
+            if self.on.wait(0.05):
+                for state, kind, event in self.query(query):
+                    if state == "idle":
+                        continue  # between transactions: the client's own time
+                    if state == "idle in transaction":
+                        self.counts["ClientRead (idle in transaction)"] += 1
+                    elif event is None:
+                        self.counts["CPU (active, not waiting)"] += 1
+                    else:
+                        self.counts[f"{kind}:{event}"] += 1
+                time.sleep(0.01)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arms and reports
+
+
+def rotated(items, by):
+    by %= len(items)
+    return items[by:] + items[:by]
+
+
+def reader_main(ledger_path, journal, ready, stop_at, out):
+    from llm_accounts.ledger import sqlite as ledger_sqlite
+    from llm_accounts.ledger import Ledger
+
+    ledger_sqlite.JOURNAL_MODE = journal
+    led = Ledger(ledger_path)
+    ro = sqlite3.connect(f"{pathlib.Path(ledger_path).as_uri()}?mode=ro", uri=True, timeout=5.0)
+    ready.set()
+    reads = 0
+    while time.time() < stop_at.value or stop_at.value == 0:
+        led.status(ACCOUNTS[:8])
+        ro.execute("SELECT count(*), sum(cost_nusd) FROM attempt").fetchone()
+        reads += 1
+        time.sleep(READ_EVERY_S)
+    out.value = reads
+
+
+def sqlite_section(pool, n, args, work):
+    print(f"\n### SQLite {sqlite3.sqlite_version}, N = {n} processes, synchronous=FULL")
+    rows = []
+    targets = {}
+    for journal in ("delete", "wal"):
+        raw_path, ledger_path = str(work / f"raw-{journal}.db"), str(work / f"ledger-{journal}-{n}.db")
+        conn = sqlite3.connect(raw_path, isolation_level=None)
+        conn.execute(f"PRAGMA journal_mode = {journal}")
+        conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        conn.close()
+        targets[journal] = {"kind": "sqlite", "key": f"sqlite-{journal}", "journal": journal, "raw": raw_path,
+                            "ledger": ledger_path}
+    arms = [(j, a, k) for j in targets for a, k in [("raw", 0)] + [("ledger", k) for k in args.accounts]]
+    arms += [(j, "ledger+reader", args.accounts[-1]) for j in targets]
+    results = collections.defaultdict(list)
+    ctx = multiprocessing.get_context("spawn")
+    for round_ in range(args.rounds):
+        for journal, arm, k in rotated(arms, round_):
+            target = targets[journal]
+            reader = None
+            if arm == "ledger+reader":
+                ready, stop_at, out = ctx.Event(), ctx.Value("d", 0.0), ctx.Value("l", 0)
+                reader = ctx.Process(target=reader_main, args=(target["ledger"], journal, ready, stop_at, out))
+                reader.start()
+                ready.wait(120)
+            done, busy, cpu = pool.run("raw" if arm == "raw" else "ledger", target, k, args.seconds)
+            reads = None
+            if reader is not None:
+                stop_at.value = time.time()
+                reader.join(60)
+                reads = out.value
+            results[(journal, arm, k)].append((done / args.seconds, busy, cpu / max(done, 1), reads))
+    for journal in targets:
+        raws = [r[0] for r in results[(journal, "raw", 0)]]
+        for arm, k in [("ledger", k) for k in args.accounts] + [("ledger+reader", args.accounts[-1])]:
+            got = results[(journal, arm, k)]
+            ratios = [2 * g[0] / r for g, r in zip(got, raws)]
+            rows.append((journal, arm, k, statistics.mean(raws), statistics.mean(g[0] for g in got), ratios,
+                         sum(g[1] for g in got), statistics.mean(g[2] for g in got),
+                         None if got[0][3] is None else sum(g[3] for g in got) / (args.seconds * len(got))))
+    print("| journal | arm | accounts | raw commits/s | admissions/s | ratio (2 x adm / raw), per round | ledger_busy | client CPU ms/adm | reads/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for journal, arm, k, raw, adm, ratios, busy, cpu, reads in rows:
+        print(f"| {journal} | {arm} | {k} | {raw:.0f} | {adm:.0f} | {statistics.mean(ratios):.2f} "
+              f"({', '.join(f'{r:.2f}' for r in ratios)}) | {busy} | {cpu * 1000:.2f} | {'' if reads is None else f'{reads:.0f}'} |")
+    return rows
+
+
+def postgres_section(pool, n, args, pg, rtts, summary):
+    for rtt in rtts:
+        target_ledger, target_raw = pg["urls"][rtt]
+        pool.switch()
+        if pg["network"] is not None and pg["network"].netem:
+            pg["network"].delay(rtt)
+        print(f"\n### PostgreSQL {pg['version']}, N = {n} processes, round trip {rtt} ms{pg['how'][rtt]}")
+        ledger_target = {"kind": "pg", "key": f"pg-ledger-{rtt}", "ledger": target_ledger}
+        raw_target = {"kind": "pg", "key": f"pg-raw-{rtt}", "raw": target_raw}
+        arms = [("raw", 0)] + [("ledger", k) for k in args.accounts]
+        results = collections.defaultdict(list)
+        waits = collections.Counter()
+        for round_ in range(args.rounds):
+            for arm, k in rotated(arms, round_):
+                target = raw_target if arm == "raw" else ledger_target
+                pool.warmup(arm, target)
+                pids = [row[0] for row in pg["sampler"].query(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                    ("fleet-raw" if arm == "raw" else "llm-accounts",))]
+                before = backend_cpu(pids)
+                if arm == "ledger":
+                    pg["sampler"].counts = collections.Counter()
+                    pg["sampler"].on.set()
+                done, busy, cpu = pool.run(arm, target, k, args.seconds)
+                pg["sampler"].on.clear()
+                after = backend_cpu(pids)
+                spent = sum(after[pid] - before[pid] for pid in after if pid in before)
+                if arm == "ledger":
+                    waits.update(pg["sampler"].counts)
+                results[(arm, k)].append((done / args.seconds, busy, cpu / max(done, 1),
+                                          spent / max(done, 1)))
+        raws = results[("raw", 0)]
+        raw_rate = statistics.mean(r[0] for r in raws)
+        raw_server = statistics.mean(r[3] for r in raws)
+        raw_client = statistics.mean(r[2] for r in raws)
+        print(f"raw: {raw_rate:.0f} commits/s; server CPU {raw_server * 1000:.3f} ms/commit; client CPU {raw_client * 1000:.3f} ms/commit")
+        print("| accounts | admissions/s | ledger tx/s | ratio (2 x adm / raw), per round | ledger_busy | server CPU ms/adm | / raw commit | client CPU ms/adm |")
+        print("|---|---|---|---|---|---|---|---|")
+        for k in args.accounts:
+            got = results[("ledger", k)]
+            ratios = [2 * g[0] / r[0] for g, r in zip(got, raws)]
+            adm = statistics.mean(g[0] for g in got)
+            server = statistics.mean(g[3] for g in got)
+            client = statistics.mean(g[2] for g in got)
+            print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {statistics.mean(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
+                  f"{sum(g[1] for g in got)} | {server * 1000:.3f} | {server / raw_server:.1f} x | {client * 1000:.3f} |")
+            summary.append((n, rtt, k, raw_rate, adm, statistics.mean(ratios), server / raw_server))
+        total = sum(waits.values()) or 1
+        print("top waits of the ledger's backends (share of samples of non-idle backends): " + "; ".join(
+            f"{name} {count / total:.0%}" for name, count in waits.most_common(5)))
+
+
+def breakdown(pg, admissions):
+    """One process, sequential: server CPU per admission with the totals triggers and without
+    them (a second ledger schema whose attempt triggers are disabled), per raw commit, and where
+    the statement time goes (pg_stat_statements and track_functions, when the server has them)."""
+    import psycopg
+
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    server = pg["server"]
+    admin = psycopg.connect(server.url, autocommit=True)
+    print(f"\n### Where the server's time goes: one process, {admissions} admissions in a row, round trip 0")
+
+    def backend_pid(app):
+        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+
+    def admit(led, tag, n):
+        for i in range(n):
+            attempt = f"{tag}-{i}-{uuid.uuid4().hex[:8]}"
+            led.reserve(Scope("conversation", f"{tag}-{i // 4}"), attempt, Quote, ACCOUNTS[:8], pinned=ACCOUNTS[0].name)
+            led.settle(attempt, Complete(COST, USAGE, MODEL, None))
+
+    def cpu_per(fn, pid, n):
+        before, started = backend_cpu([pid]), time.process_time()
+        fn()
+        after = backend_cpu([pid])
+        return (after[pid] - before[pid]) / n, (time.process_time() - started) / n
+
+    rows = []
+    for schema, triggers in (("ledger_seq", True), ("ledger_notrig", False)):
+        admin.execute(f"CREATE SCHEMA {schema}")
+        led = Ledger(f"{server.url}?options=-csearch_path%3D{schema}")
+        if not triggers:
+            admin.execute(f"ALTER TABLE {schema}.attempt DISABLE TRIGGER USER")
+        admit(led, "warm", 20)
+        pid = backend_pid("llm-accounts")
+        if triggers and pg["stats"]:
+            admin.execute("SELECT pg_stat_statements_reset()")
+            admin.execute("SELECT pg_stat_reset()")
+        server_cpu, client_cpu = cpu_per(lambda: admit(led, "seq", admissions), pid, admissions)
+        rows.append(("admission (reserve + settle)" + ("" if triggers else ", totals triggers disabled"), server_cpu, client_cpu))
+        if triggers and pg["stats"]:
+            statements = admin.execute(
+                "SELECT calls, total_exec_time, toplevel, regexp_replace(query, '\\s+', ' ', 'g') FROM pg_stat_statements "
+                "WHERE query NOT LIKE '%pg_stat%' ORDER BY total_exec_time DESC").fetchall()
+            functions = admin.execute(
+                "SELECT funcname, calls, self_time FROM pg_stat_user_functions WHERE funcname LIKE 'llm_accounts%' "
+                "ORDER BY self_time DESC").fetchall()
+        led.close()
+    raw = psycopg.connect(server.url + "?options=-csearch_path%3Draw", autocommit=True, application_name="fleet-seq-raw")
+    pid = backend_pid("fleet-seq-raw")
+
+    def commits(n):
+        for _ in range(n):
+            raw.execute("BEGIN")
+            raw.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
+            raw.execute("COMMIT")
+
+    commits(20)
+    server_cpu, client_cpu = cpu_per(lambda: commits(4 * admissions), pid, 4 * admissions)
+    rows.append(("raw commit", server_cpu, client_cpu))
+    raw.close()
+    print("| unit | server CPU ms | / raw commit | client CPU ms |")
+    print("|---|---|---|---|")
+    for name, server_cpu, client_cpu in rows:
+        print(f"| {name} | {server_cpu * 1000:.3f} | {server_cpu / rows[-1][1]:.1f} x | {client_cpu * 1000:.3f} |")
+    if pg["stats"]:
+        top = [s for s in statements if s[2]]
+        total = sum(s[1] for s in top)
+        print(f"\nstatements per admission: {sum(s[0] for s in top) / admissions:.1f} sent by the client; "
+              f"execution time {total / admissions:.3f} ms per admission (pg_stat_statements, wall time inside the executor, "
+              f"triggers included in the statement that fires them)")
+        print("| per admission | calls | ms | statement |")
+        print("|---|---|---|---|")
+        for calls, spent, toplevel, query in statements[:12]:
+            print(f"| {'client' if toplevel else 'trigger'} | {calls / admissions:.2f} | {spent / admissions:.3f} | `{query[:90]}` |")
+        spent = sum(f[2] for f in functions)
+        print(f"\ntotals trigger functions (track_functions, own time): {spent / admissions:.3f} ms per admission, "
+              f"{spent / total:.0%} of the statements' execution time: " + ", ".join(
+                  f"{name} {self_time / admissions:.3f} ms" for name, calls, self_time in functions))
+    admin.close()
+
+
+def start_postgres(network, rtts, extra_settings):
+    sys.path.insert(0, str(ROOT / "tests"))
+    import psycopg
+    import pgserver
+
+    listen = ("127.0.0.1", NS_HOST) if network else ("127.0.0.1",)
+    hba = (f"host all all {NS_PEER}/32 trust",) if network else ()
+    settings = ["max_connections=300", *extra_settings]
+    lib = pathlib.Path(os.path.realpath(os.path.join(pgserver.binaries(), "initdb"))).parent.parent / "lib"
+    stats = (lib / "pg_stat_statements.so").exists()
+    if stats:  # the breakdown's statement times; the same small cost in every arm
+        settings += ["shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all", "track_functions=all"]
+    server = pgserver.Server(durable=True, listen=listen, hba=hba, settings=settings).start()
+    pg = {"server": server, "urls": {}, "how": {}, "relay": None, "network": network, "stats": stats}
+    try:
+        admin = psycopg.connect(server.url, autocommit=True)
+        if stats:
+            admin.execute("CREATE EXTENSION pg_stat_statements")
+        pg["version"] = admin.execute("SHOW server_version").fetchone()[0]
+        admin.execute("CREATE SCHEMA ledger")
+        admin.execute("CREATE SCHEMA raw")
+        admin.execute("CREATE TABLE raw.bench_raw (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL)")
+        admin.close()
+        from llm_accounts.ledger import Ledger
+
+        Ledger(f"{server.url}?options=-csearch_path%3Dledger").close()
+        relayed = [rtt for rtt in rtts if rtt and network and not network.netem]
+        if relayed:
+            ctx = multiprocessing.get_context("spawn")
+            ready = ctx.Event()
+            ports = [(free_port(), rtt) for rtt in relayed]
+            pg["relay"] = ctx.Process(target=relay_main, args=(NS_HOST, ports, ("127.0.0.1", server.port), ready), daemon=True)
+            pg["relay"].start()
+            ready.wait(60)
+            relay_port = dict((rtt, port) for port, rtt in ports)
+        for rtt in rtts:
+            host, port = (NS_HOST, server.port) if network else ("127.0.0.1", server.port)
+            how = " (loopback)" if not network else " (veth)"
+            if rtt and network and network.netem:
+                how = f" (veth, netem {rtt / 2:g} ms each way)"
+            elif rtt:
+                port, how = relay_port[rtt], f" (veth, relay adding {rtt / 2:g} ms each way: no sch_netem in this kernel)"
+            base = f"postgresql://postgres@{host}:{port}/postgres"
+            pg["urls"][rtt] = (f"{base}?options=-csearch_path%3Dledger", f"{base}?options=-csearch_path%3Draw")
+            pg["how"][rtt] = how
+        pg["sampler"] = WaitSampler(server.url)
+        pg["sampler"].start()
+        return pg
+    except BaseException:
+        stop_postgres(pg)
+        raise
+
+
+def stop_postgres(pg):
+    if pg.get("sampler"):
+        pg["sampler"].stopped.set()
+    if pg.get("relay") is not None:
+        pg["relay"].terminate()
+        pg["relay"].join(10)
+    pg["server"].stop()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind((NS_HOST, 0))
+        return s.getsockname()[1]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="a short run: 2 rounds of 1.5 s, N = 8 and 64, 1 and 50 accounts")
+    parser.add_argument("--rounds", type=int, help="rounds per arm (default 3; --quick 2)")
+    parser.add_argument("--seconds", type=float, help="seconds per arm (default 3; --quick 1.5)")
+    parser.add_argument("--processes", help="comma-separated N (default 8,32,64; --quick 8,64)")
+    parser.add_argument("--accounts", help="comma-separated account counts (default 1,8,50; --quick 1,50)")
+    parser.add_argument("--rtt", default="0,1,5", help="simulated round trips in ms for PostgreSQL (default 0,1,5)")
+    parser.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres or both (default)")
+    parser.add_argument("--sqlite-processes", help="N for the SQLite arms (default 8)")
+    parser.add_argument("--breakdown", type=int, default=300, metavar="ADMISSIONS",
+                        help="sequential admissions for the server-CPU breakdown (default 300; 0 skips it)")
+    parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
+                        help="an extra PostgreSQL server setting, e.g. deadlock_timeout=10s (repeatable)")
+    parser.add_argument("--dir", help="directory for the SQLite files (default: a new temporary directory)")
+    args = parser.parse_args()
+    quick = args.quick
+    args.rounds = args.rounds or (2 if quick else 3)
+    args.seconds = args.seconds or (1.5 if quick else 3.0)
+    args.processes = [int(x) for x in (args.processes or ("8,64" if quick else "8,32,64")).split(",")]
+    args.accounts = [int(x) for x in (args.accounts or ("1,50" if quick else "1,8,50")).split(",")]
+    rtts = [float(x) if "." in x else int(x) for x in args.rtt.split(",")]
+    backends = set(args.backends.split(","))
+    sqlite_ns = [int(x) for x in (args.sqlite_processes or "8").split(",")]
+
+    network = None
+    if "postgres" in backends and any(rtts) and os.geteuid() == 0:
+        try:
+            network = Network().__enter__()
+        except RuntimeError as error:
+            print(f"round trips skipped: {error}")
+    if network is None:
+        rtts = [0]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="fleet-bench-", dir=args.dir))
+    pg = None
+    summary = []
+    try:
+        print(f"# bench/fleet.py: {args.rounds} rounds x {args.seconds:g} s per arm; processes {args.processes}; "
+              f"accounts {args.accounts}; {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
+        if "postgres" in backends:
+            pg = start_postgres(network, rtts, args.pg_setting)
+            if extra := ", ".join(args.pg_setting):
+                print(f"PostgreSQL settings added: {extra}")
+            if args.breakdown:
+                breakdown(pg, args.breakdown)
+        pools = (set(args.processes) if pg is not None else set()) | (set(sqlite_ns) if "sqlite" in backends else set())
+        for n in sorted(pools):
+            started = time.time()
+            pool = Pool(n, network.ns if network else None)
+            print(f"\n## N = {n} (pool started in {time.time() - started:.1f} s, load {os.getloadavg()[0]:.1f})")
+            try:
+                if "sqlite" in backends and n in sqlite_ns:
+                    sqlite_section(pool, n, args, work)
+                if pg is not None and n in args.processes:
+                    postgres_section(pool, n, args, pg, rtts, summary)
+            finally:
+                pool.stop()
+        if summary:
+            print("\n## PostgreSQL summary: ledger transactions / raw commits (goal >= 0.8 at N = 64 over 50 accounts)")
+            print("| N | round trip ms | accounts | raw commits/s | admissions/s | ratio | server CPU / raw commit |")
+            print("|---|---|---|---|---|---|---|")
+            for n, rtt, k, raw, adm, ratio, cpu in summary:
+                print(f"| {n} | {rtt} | {k} | {raw:.0f} | {adm:.0f} | {ratio:.2f} | {cpu:.1f} x |")
+    finally:
+        if pg is not None:
+            stop_postgres(pg)
+        if network is not None:
+            network.__exit__()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
