@@ -11,6 +11,7 @@ printable ASCII string holding no run of the admin key, or the read stops (docs/
 """
 
 import datetime as dt
+import json
 import re
 
 from . import scrub, transport
@@ -31,18 +32,23 @@ def headers(secret):
 
 
 def _get(http, base, path, params, secret):
-    response = http.get(base + path, params=params, headers=headers(secret))
-    if response.status_code != 200:
+    with http.stream("GET", base + path, params=params, headers=headers(secret)) as response:
+        status = response.status_code
+        body = transport.read_bounded(response, transport.ANSWER_LIMIT if status == 200 else transport.ERROR_BODY_LIMIT)
+    if status != 200:
         from . import classify
 
-        info = classify.parse_error_body(response.content[: transport.ERROR_BODY_LIMIT + 1])
+        info = classify.parse_error_body(body)
         raise AccountsError(
-            classify.error_code_for(classify.outcome_for_status(response.status_code)),
-            f"GET {path} answered HTTP {response.status_code} {info.provider_error_type}",
-            http_status=response.status_code,
+            classify.error_code_for(classify.outcome_for_status(status)),
+            f"GET {path} answered HTTP {status} {info.provider_error_type}",
+            http_status=status,
         )
+    if len(body) > transport.ANSWER_LIMIT:
+        # Nothing of it is kept (docs/errors.md "Answers past their bound").
+        raise AccountsError("provider_error", f"GET {path} answered with a report that passed its bound and was not read")
     try:
-        page = response.json()
+        page = json.loads(body)
     except ValueError:
         raise AccountsError("provider_error", f"GET {path} answered with a body that is not JSON") from None
     if not isinstance(page, dict):

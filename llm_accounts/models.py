@@ -300,6 +300,20 @@ def _stream_failure(attempt, outcome, malformed=None, failure=None, info=None):
     )
 
 
+def _past_bound(attempt, what):
+    """The routed error for an answer past ``transport.ANSWER_LIMIT``: it is not parsed, and with
+    no complete usage its attempt stays open (docs/errors.md "Answers past their bound")."""
+    story = f"{what} passed its bound of {transport.ANSWER_LIMIT // (1024 * 1024)} MiB and was not read"
+    if attempt.reservation is None:
+        return AccountsError("provider_error", story)
+    return AccountsError(
+        "provider_error",
+        f"account '{attempt.account}': {story}; the attempt stays open until reconciled (attempt {attempt.id})",
+        account=attempt.account,
+        attempt_id=attempt.id,
+    )
+
+
 def _after_delivery(attempt, error):
     """A settlement that failed after the provider answered in full: the answer is delivered,
     and the one line says so and that nothing is lost."""
@@ -471,7 +485,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 yield from self._stream(resp, call, attempt, prepared, response, secret_text, request_id, end)
                 return
             try:
-                message = _parsed(resp.read())
+                raw = transport.read_bounded(resp, transport.ANSWER_LIMIT)
             except httpx.HTTPError:
                 call.stream_failed(attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
@@ -479,6 +493,11 @@ class RoutedClaude(_Shared, llm.KeyModel):
             except BaseException:
                 call.stream_failed(attempt, "cancelled")
                 raise
+            if len(raw) > transport.ANSWER_LIMIT:
+                call.stream_failed(attempt, "stream_truncated")
+                end.decide(_past_bound(attempt, "the answer"))
+                return
+            message = _parsed(raw)
             # Settled before the answer is yielded: a consumer that stops reading early leaves
             # nothing open that the provider already answered in full.
             refused = self._finish(response, call, attempt, message, secret_text, request_id)
@@ -491,16 +510,19 @@ class RoutedClaude(_Shared, llm.KeyModel):
 
     def _stream(self, resp, call, attempt, prepared, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
-        refused = None
+        refused = too_long = None
         try:
             yield from prepared.prefill_events()
-            lines = wire.sse_lines(resp.iter_bytes())  # SSE line ends only (wire.sse_lines)
+            # SSE line ends only, each line bounded (wire.sse_lines); decoded a piece at a time.
+            lines = wire.sse_lines(transport.bounded_chunks(resp, None))
             for line in lines:
                 yield from reader.feed(line)
                 if reader.done:
                     break
         except httpx.HTTPError:
             pass  # a broken connection: settled below as stream_truncated
+        except wire.LineTooLong:
+            too_long = True
         except GeneratorExit:
             call.stream_failed(attempt, *reader.closed())
             raise
@@ -509,7 +531,10 @@ class RoutedClaude(_Shared, llm.KeyModel):
             raise
         # Settled before the last held text is released: a consumer that stops now leaves
         # nothing open that the provider already answered in full.
-        if reader.complete:
+        if too_long:
+            call.stream_failed(attempt, "stream_truncated")
+            end.decide(_past_bound(attempt, "a line of the stream"))
+        elif reader.complete:
             try:
                 refused = self._finish(response, call, attempt, reader.final_message(), secret_text, request_id)
             except AccountsError as error:
@@ -620,7 +645,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     yield event
                 return
             try:
-                message = _parsed(await resp.aread())
+                raw = await transport.aread_bounded(resp, transport.ANSWER_LIMIT)
             except httpx.HTTPError:
                 await _shielded(call.stream_failed, attempt, "transport_error", "transport")
                 end.decide(_stream_failure(attempt, "transport_error"))
@@ -628,6 +653,11 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             except asyncio.CancelledError:
                 await _shielded(call.stream_failed, attempt, "cancelled")
                 raise
+            if len(raw) > transport.ANSWER_LIMIT:
+                await _shielded(call.stream_failed, attempt, "stream_truncated")
+                end.decide(_past_bound(attempt, "the answer"))
+                return
+            message = _parsed(raw)
             refused = await _shielded(self._finish, response, call, attempt, message, secret_text, request_id)
             for event in [*prepared.prefill_events(), *message_events(message, secret_text)]:
                 yield event
@@ -638,11 +668,11 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
 
     async def _stream(self, resp, call, attempt, prepared, response, secret_text, request_id, end):
         reader = StreamReader(secret_text)
-        refused = None
+        refused = too_long = None
         try:
             for event in prepared.prefill_events():
                 yield event
-            lines = wire.asse_lines(resp.aiter_bytes())
+            lines = wire.asse_lines(transport.abounded_chunks(resp, None))
             async for line in lines:
                 for event in reader.feed(line):
                     yield event
@@ -650,6 +680,8 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     break
         except httpx.HTTPError:
             pass  # a broken connection: settled below as stream_truncated
+        except wire.LineTooLong:
+            too_long = True
         except GeneratorExit:
             # aclose() by the consumer: settle synchronously, there is no loop turn to wait for.
             call.stream_failed(attempt, *reader.closed())
@@ -657,7 +689,10 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         except asyncio.CancelledError:
             await _shielded(call.stream_failed, attempt, "cancelled")
             raise
-        if reader.complete:
+        if too_long:
+            await _shielded(call.stream_failed, attempt, "stream_truncated")
+            end.decide(_past_bound(attempt, "a line of the stream"))
+        elif reader.complete:
             try:
                 refused = await _shielded(
                     self._finish, response, call, attempt, reader.final_message(), secret_text, request_id

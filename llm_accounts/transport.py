@@ -34,6 +34,13 @@ BASE_URL_ENV = "LLM_ACCOUNTS_BASE_URL"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # Read at most 64 KiB and one byte of an error body (docs/errors.md "Provider text is dropped").
 ERROR_BODY_LIMIT = 64 * 1024
+# A 200 answer's bound in decoded bytes: a whole message, a line of a stream, a page of the model
+# list or of an Admin API report. No real answer comes near it (docs/architecture.md "Answers past
+# their bound": 128,000 output tokens at 256 bytes each is 32 MiB, doubled for server tool
+# results); past it the answer is not parsed (docs/errors.md "Answers past their bound").
+ANSWER_LIMIT = 64 * 1024 * 1024
+# At most this much of one raw read is decoded at a time: a gzip read never becomes 1000x larger.
+_PIECE = 64 * 1024
 ERROR_BODY_SECONDS = 5.0
 TIMEOUT = httpx.Timeout(600.0, connect=10.0)
 
@@ -101,6 +108,9 @@ def headers(secret, *, stream, betas=()):
         "anthropic-version": ANTHROPIC_VERSION,
         "content-type": "application/json",
         "accept": "text/event-stream" if stream else "application/json",
+        # Only what ``bounded_chunks`` decodes within its bound (httpx would add br or zstd when
+        # their packages are installed).
+        "accept-encoding": "gzip, deflate",
     }
     if betas:
         out["anthropic-beta"] = ",".join(betas)
@@ -214,7 +224,7 @@ def _decoder(response):
 
 
 def bounded_chunks(response, limit):
-    """At most ``limit`` + 1 decoded bytes of a body, in pieces.
+    """At most ``limit`` + 1 decoded bytes of a body (None: all of it), in pieces of at most 64 KiB.
 
     httpx decodes each raw read whole: one 64 KiB read of gzip can become ~64 MB before a bound
     on decoded chunks sees it. Here each raw read is decoded only as far as the bound still
@@ -223,13 +233,12 @@ def bounded_chunks(response, limit):
     """
     try:
         decoder, size = _decoder(response), 0
-        for chunk in response.iter_raw():
-            if decoder is not None:
-                chunk = decoder.decompress(chunk, limit + 1 - size)
-            size += len(chunk)
-            yield chunk
-            if size > limit:
-                return
+        for raw in response.iter_raw():
+            for chunk in _pieces(decoder, raw, limit, size):
+                size += len(chunk)
+                yield chunk
+                if limit is not None and size > limit:
+                    return
     except (_Undecodable, zlib.error):
         return
 
@@ -238,15 +247,43 @@ async def abounded_chunks(response, limit):
     """``bounded_chunks`` for an async response."""
     try:
         decoder, size = _decoder(response), 0
-        async for chunk in response.aiter_raw():
-            if decoder is not None:
-                chunk = decoder.decompress(chunk, limit + 1 - size)
-            size += len(chunk)
-            yield chunk
-            if size > limit:
-                return
+        async for raw in response.aiter_raw():
+            for chunk in _pieces(decoder, raw, limit, size):
+                size += len(chunk)
+                yield chunk
+                if limit is not None and size > limit:
+                    return
     except (_Undecodable, zlib.error):
         return
+
+
+def _pieces(decoder, raw, limit, size):
+    """``raw`` decoded at most ``_PIECE`` bytes at a time, no further than ``limit`` + 1 bytes
+    in all (None: no limit, as for a stream, whose lines are bounded instead)."""
+    if decoder is None:
+        yield raw
+        return
+    while raw:
+        room = _PIECE if limit is None else min(_PIECE, limit + 1 - size)
+        chunk = decoder.decompress(raw, room)
+        if not chunk and decoder.unconsumed_tail == raw:
+            return  # no progress: nothing more comes of this read
+        raw = decoder.unconsumed_tail
+        size += len(chunk)
+        if chunk:
+            yield chunk
+        if limit is not None and size > limit:
+            return
+
+
+def read_bounded(response, limit):
+    """At most ``limit`` + 1 decoded bytes of a body: longer than ``limit`` means past the bound."""
+    return b"".join(bounded_chunks(response, limit))
+
+
+async def aread_bounded(response, limit):
+    """``read_bounded`` for an async response."""
+    return b"".join([chunk async for chunk in abounded_chunks(response, limit)])
 
 
 def _socket_of(response):

@@ -72,34 +72,59 @@ def _split_lines(buffer, final):
     return lines, buffer[start:]
 
 
+class LineTooLong(Exception):
+    """A line of a stream passed ``LINE_LIMIT``: the stream ends there (docs/errors.md "Answers
+    past their bound")."""
+
+
+# One line's bound, in characters of the decoded body: no line is longer than a whole answer
+# (transport.ANSWER_LIMIT, docs/architecture.md "Answers past their bound").
+LINE_LIMIT = 64 * 1024 * 1024
+
+
+class _Lines:
+    """SSE lines from decoded text. The current line is kept in pieces and joined only once a
+    piece holds a line end, so a long line costs linear time, and past ``LINE_LIMIT`` it ends
+    the stream (``LineTooLong``)."""
+
+    def __init__(self):
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.rest, self.size = [], 0
+
+    def feed(self, chunk, final=False):
+        text = self.decoder.decode(chunk, final)
+        if not final and self.rest and not self.rest[-1].endswith("\r") and not _LINE_END.search(text):
+            self.rest.append(text)
+            self.size += len(text)
+            lines = []
+        else:
+            lines, rest = _split_lines("".join(self.rest) + text, final)
+            if final and rest:
+                lines, rest = [*lines, rest], ""
+            self.rest, self.size = [rest], len(rest)
+        if self.size > LINE_LIMIT:
+            raise LineTooLong("a line of the stream passed its bound")
+        return lines
+
+
 def sse_lines(chunks):
     """The lines of an SSE body from its byte ``chunks``, ended as the SSE rules end them: at
     CRLF, LF or CR only. (httpx's ``iter_lines`` also ends a line at U+2028, U+2029 and U+0085,
     which JSON need not escape, so a text delta holding one would break its data line.)"""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    rest = ""
+    lines = _Lines()
     for chunk in chunks:
-        lines, rest = _split_lines(rest + decoder.decode(chunk), final=False)
-        yield from lines
-    lines, rest = _split_lines(rest + decoder.decode(b"", final=True), final=True)
-    yield from lines
-    if rest:
-        yield rest
+        yield from lines.feed(chunk)
+    yield from lines.feed(b"", final=True)
 
 
 async def asse_lines(chunks):
     """``sse_lines`` for an async iterator of byte chunks."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    rest = ""
+    lines = _Lines()
     async for chunk in chunks:
-        lines, rest = _split_lines(rest + decoder.decode(chunk), final=False)
-        for line in lines:
+        for line in lines.feed(chunk):
             yield line
-    lines, rest = _split_lines(rest + decoder.decode(b"", final=True), final=True)
-    for line in lines:
+    for line in lines.feed(b"", final=True):
         yield line
-    if rest:
-        yield rest
 
 
 class Malformed(ValueError):

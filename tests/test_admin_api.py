@@ -2,6 +2,7 @@
 ids must have the id shape and hold no run of the admin key before they are kept or shown; pages
 are followed to their end; refusals map to codes without provider text."""
 
+import contextlib
 import datetime as dt
 import json
 
@@ -18,10 +19,10 @@ AT = dt.datetime(2026, 12, 31, 23, 59, tzinfo=dt.timezone.utc)
 
 class Response:
     def __init__(self, status, body):
-        self.status_code, self.content = status, json.dumps(body).encode()
+        self.status_code, self.content, self.headers = status, json.dumps(body).encode(), {}
 
-    def json(self):
-        return json.loads(self.content)
+    def iter_raw(self):
+        yield self.content
 
 
 class Http:
@@ -30,9 +31,9 @@ class Http:
     def __init__(self, *pages):
         self.pages, self.asked = list(pages), []
 
-    def get(self, url, params, headers):
+    def stream(self, method, url, params, headers):
         self.asked.append(dict(params))
-        return self.pages.pop(0)
+        return contextlib.nullcontext(self.pages.pop(0))
 
 
 def keys_page(*ids, more=False):

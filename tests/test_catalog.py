@@ -284,7 +284,7 @@ def test_a_next_page_after_an_id_holding_the_key_is_never_asked_for(canary_key, 
     def answer(request):
         seen.append(str(request.url))
         page = {"data": [{"id": HAIKU}, "not an object", {"id": canary_key}], "has_more": True, "last_id": canary_key}
-        return httpx.Response(200, json=page)
+        return httpx.Response(200, content=iter([json.dumps(page).encode()]))  # streamed, as on the wire
 
     with httpx.Client(transport=httpx.MockTransport(answer)) as http:
         ids = catalog.fetch_model_ids(keys.Secret(canary_key), http, "http://127.0.0.1:9")
