@@ -39,7 +39,8 @@ JOURNAL_MODE = "wal"
 # made here are lost. So the header is read with a descriptor of our own only while no
 # connection of this process holds the file (docs/architecture.md "Ledger").
 _HELD = collections.Counter()
-_HELD_LOCK = threading.Lock()
+# Reentrant: a collected connection's finalizer may run in this thread while it holds the lock.
+_HELD_LOCK = threading.RLock()
 
 
 def _let_go(key):
@@ -55,13 +56,15 @@ class _Connection(sqlite3.Connection):
     _held = None
 
     def hold(self, key):
-        _HELD[key] += 1  # under _HELD_LOCK, taken by the caller
+        with _HELD_LOCK:
+            _HELD[key] += 1
         self._held = weakref.finalize(self, _let_go, key)
 
     def close(self):
         super().close()
         if self._held is not None:
             self._held()
+
 
 # Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
 _INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
