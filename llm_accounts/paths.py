@@ -163,16 +163,20 @@ def accounts_json_path():
 
 
 def write_private_json(path, data, **dump_options):
-    """Write ``data`` as JSON to ``path`` whole or not at all: a user-only (0600) temporary file
-    in the same directory, synced, then renamed over it. The files holding declarations, model
-    lists and llm keys are all written this way."""
+    """Write ``data`` as JSON to ``path`` whole or not at all (``write_private_bytes``). The files
+    holding declarations, model lists and llm keys are all written this way."""
+    return write_private_bytes(path, (json.dumps(data, indent=2, **dump_options) + "\n").encode("utf-8"))
+
+
+def write_private_bytes(path, raw):
+    """Write ``raw`` to ``path`` whole or not at all: a user-only (0600) temporary file in the
+    same directory, synced, then renamed over it (a user's price file is copied this way)."""
     path = pathlib.Path(path)
-    text = json.dumps(data, indent=2, **dump_options) + "\n"
     fd, temp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
+        with os.fdopen(fd, "wb") as file:
+            file.write(raw)
             file.flush()
             os.fsync(file.fileno())
         os.replace(temp, path)

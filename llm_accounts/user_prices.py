@@ -14,11 +14,10 @@ import os
 import pathlib
 import re
 import sys
-import tempfile
 
 from . import pricing
 from .errors import AccountsError
-from .paths import FileProblem, read_limited, user_dir
+from .paths import FileProblem, read_limited, user_dir, write_private_bytes
 
 SUBDIR = ("llm-accounts", "prices")
 SUFFIX = ".json"
@@ -190,20 +189,7 @@ def add(path, revision, replace=False):
             "declaration_invalid",
             f"price revision {revision.id} already exists ({destination}); add --replace to replace it",
         )
-    fd, temp = tempfile.mkstemp(dir=directory, prefix=".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(raw)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, destination)
-    except BaseException:
-        try:
-            os.unlink(temp)
-        except FileNotFoundError:
-            pass
-        raise
-    return destination
+    return write_private_bytes(destination, raw)
 
 
 def remove(revision_id):
