@@ -166,7 +166,10 @@ def test_ledgers_opened_at_once_on_a_missing_path_all_open(declared):
     for thread in threads:
         thread.join()
     assert errors == []
-    assert os.listdir(declared.parent) == [declared.name]
+    # No temporary file is left; the write-ahead log and its index may stay when two last
+    # connections close at once (each sees the other, so neither removes them).
+    left = set(os.listdir(declared.parent)) - {declared.name + "-wal", declared.name + "-shm"}
+    assert left == {declared.name}
 
 
 def test_without_hard_links_a_missing_ledger_is_still_created_in_place(declared, monkeypatch):
