@@ -22,6 +22,12 @@ from llm_accounts.money import NANO
 
 from test_spend import DAY, SONNET, T0, quote
 
+# The credit periods of the seeded history, from its fixed instants (a period ends at 00:00 UTC on
+# a month's last day: docs/architecture.md "Months and days").
+MONTH = clock.credit_month(T0)
+PREVIOUS = clock.credit_month(T0 - 20 * DAY)
+EMPTY = clock.credit_month(T0 - 50 * DAY)  # a period without conversations
+
 WORK = Account("work", "WORK_KEY", 1000 * NANO)
 HOME = Account("home", "HOME_KEY", 1000 * NANO)
 
@@ -38,7 +44,7 @@ def seeded(ledger):
     rebound to the other account mid-period, and a one-off prompt (no conversation)."""
     n = 0
     for day, conversation, account, cost in [
-        (-20, "old-1", WORK, 900), (-20, "old-2", HOME, 50),  # period 2026-11
+        (-20, "old-1", WORK, 900), (-20, "old-2", HOME, 50),  # the previous period
         (0, "c-a", WORK, 300), (0, "c-b", WORK, 305), (0, "c-c", HOME, 305),  # equal totals (c-a: 300 + 5)
         (0, "c-d", WORK, 10), (0, "c-e", HOME, 700), (0, "c-f", WORK, None),  # c-f: unknown, held
         (1, "c-a", WORK, 5), (1, "c-g", HOME, 0), (1, "c-h", WORK, 120), (1, "c-i", HOME, "flight"),
@@ -92,7 +98,7 @@ def copied(seeded_file, tmp_path):
 
 def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history):
     with Ledger(history) as ledger:
-        for month in ("2026-12", "2026-11", "2026-10"):  # 2026-10: a period without conversations
+        for month in (MONTH, PREVIOUS, EMPTY):
             for account in (None, "work", "home"):
                 expected = grouped(ledger, month, account)
                 for limit in (None, 3):
@@ -107,7 +113,7 @@ def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history)
 
 def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conversation_has_a_row_per_account(copied):
     with Ledger(copied) as ledger:
-        rows = ledger.spend_by_conversation("2026-12")["rows"]
+        rows = ledger.spend_by_conversation(MONTH)["rows"]
     keys = [(row["account"], row["key"]) for row in rows]
     assert keys[keys.index(("home", "c-c")):][:3] == [("home", "c-c"), ("work", "c-a"), ("work", "c-b")]
     assert {account for account, key in keys if key == "c-d"} == {"work", "home"}
@@ -115,12 +121,12 @@ def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conve
 
 def test_a_ledger_without_the_conversation_totals_gains_them_and_the_indexes_on_open(history):
     with Ledger(history) as ledger:
-        expected = ledger.spend_by_conversation("2026-12", limit=4)
+        expected = ledger.spend_by_conversation(MONTH, limit=4)
         for statement in ("DROP TABLE month_conversation_total", "DROP INDEX month_conversation_top",
                           "DROP INDEX month_conversation_account_top"):
             ledger._conn.execute(statement)
     with Ledger(history) as ledger:
-        assert ledger.spend_by_conversation("2026-12", limit=4) == expected
+        assert ledger.spend_by_conversation(MONTH, limit=4) == expected
         indexes = {"sqlite": "SELECT name FROM sqlite_master WHERE type = 'index'",
                    "postgres": "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()"}
         names = {row[0] for row in ledger._conn.execute(indexes[ledger._backend.kind])}
@@ -136,7 +142,7 @@ def test_the_sqlite_views_walk_an_index_in_order_instead_of_sorting_the_period(c
     for account in (None, "work"):
         sql = conversation_spend.TOP.format(account="AND account = :account" if account else "",
                                             order="" if account else "account, ", limit="LIMIT 3")
-        plans[account] = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, {"month": "2026-12", "provider": "anthropic", "account": account})]
+        plans[account] = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, {"month": MONTH, "provider": "anthropic", "account": account})]
     query = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + SPEND_BY_CONVERSATION.sql,
                                           {"account": "", "month": "", "limit": "", "offset": ""})]
     assert plans[None] == ["SEARCH month_conversation USING COVERING INDEX month_conversation_top (month_utc=?)"]
@@ -163,7 +169,7 @@ def run(*args):
 
 def test_spend_by_conversation_shows_the_limit_then_how_many_more_with_a_total_of_all(cli):
     lines = run("--limit", "2").output.splitlines()
-    assert lines[0] == "Credit period 2026-12"
+    assert lines[0] == f"Credit period {MONTH}"
     # Held ceilings count towards the order (settled plus held), never as spent.
     assert [line.split() for line in lines[2:4]] == [["c-i", "home", "1", "$0.00", "$1.00"], ["c-f", "work", "1", "$0.00", "$1.00"]]
     assert lines[4].split() == ["total", "11", "$1.785", "$2.00"]
@@ -212,9 +218,9 @@ def test_one_accounts_open_attempts_are_read_from_their_own_index(copied):
 
     db = sqlite3.connect(copied)
     db.execute("ANALYZE")  # planned as a ledger of any size would be: a full scan wins only on a tiny one
-    facts = {"month": "2026-12", "host": "h", "model": SONNET, "provider": "anthropic"}
+    facts = {"month": MONTH, "host": "h", "model": SONNET, "provider": "anthropic"}
     plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + reads._FACTS_SQL, facts)]
     probes = [step for step in plan if step.startswith(("SEARCH p ", "SCAN p"))]
     assert probes and all("USING INDEX attempt_open_account (provider=? AND account=?" in step for step in probes)
-    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + admission.OPEN_COUNTS_SQL, ("d", "c", "anthropic", "work", "2026-12"))]
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + admission.OPEN_COUNTS_SQL, ("d", "c", "anthropic", "work", MONTH))]
     assert plan[0] == "SEARCH attempt USING INDEX attempt_open_account (provider=? AND account=?)"

@@ -17,6 +17,9 @@ from llm_accounts.ledger import Ledger
 
 from test_spend import HAIKU, SONNET, T0, DAY, history
 
+MONTH = clock.credit_month(T0)  # the history's credit period, and the one before it
+PREVIOUS = clock.credit_month(T0 - 20 * DAY)
+
 
 @pytest.fixture
 def ds(ledger_path, monkeypatch):
@@ -38,31 +41,31 @@ async def rows(ds, name, **params):
 
 @pytest.mark.asyncio
 async def test_spend_by_model_shows_settled_and_open_ceilings_per_period_and_model(ds):
-    assert await rows(ds, "spend_by_model", month="2026-12") == [
-        ("2026-12", SONNET, 3, "0.400000000", "2.000000000"),
-        ("2026-12", HAIKU, 2, "0.020000000", "0.000000007"),
+    assert await rows(ds, "spend_by_model", month=MONTH) == [
+        (MONTH, SONNET, 3, "0.400000000", "2.000000000"),
+        (MONTH, HAIKU, 2, "0.020000000", "0.000000007"),
     ]
 
 
 @pytest.mark.asyncio
 async def test_spend_by_model_without_a_period_lists_every_period_newest_first(ds):
     assert [row[:3] for row in await rows(ds, "spend_by_model", account="work")] == [
-        ("2026-12", SONNET, 2), ("2026-12", HAIKU, 1), ("2026-11", SONNET, 1)
+        (MONTH, SONNET, 2), (MONTH, HAIKU, 1), (PREVIOUS, SONNET, 1)
     ]
 
 
 @pytest.mark.asyncio
 async def test_spend_by_client_lists_labelled_attempts(ds):
-    assert await rows(ds, "spend_by_client", month="2026-12") == [("2026-12", "nightly", 2, "0.320000000", "0.000000000")]
+    assert await rows(ds, "spend_by_client", month=MONTH) == [(MONTH, "nightly", 2, "0.320000000", "0.000000000")]
     assert await rows(ds, "spend_by_client", account="home") == []
 
 
 @pytest.mark.asyncio
 async def test_spend_by_conversation_lists_the_costliest_first(ds):
-    assert await rows(ds, "spend_by_conversation", month="2026-12") == [
-        ("2026-12", "home", "c2", 1, "0.000000000", "2.000000000"),
-        ("2026-12", "work", "c1", 2, "0.320000000", "0.000000000"),
-        ("2026-12", "work", "c3", 1, "0.100000000", "0.000000000"),
+    assert await rows(ds, "spend_by_conversation", month=MONTH) == [
+        (MONTH, "home", "c2", 1, "0.000000000", "2.000000000"),
+        (MONTH, "work", "c1", 2, "0.320000000", "0.000000000"),
+        (MONTH, "work", "c3", 1, "0.100000000", "0.000000000"),
     ]
 
 
@@ -98,7 +101,7 @@ ORDER BY 1 DESC, COALESCE(SUM(cost_nusd), 0) + COALESCE(SUM(CASE WHEN state = 'o
 
 
 @pytest.mark.asyncio
-@pytest.mark.parametrize("account, month", [("", ""), ("", "2026-12"), ("work", ""), ("home", "2026-12")])
+@pytest.mark.parametrize("account, month", [("", ""), ("", MONTH), ("work", ""), ("home", MONTH)])
 async def test_spend_by_conversation_equals_a_group_by_over_the_attempts(many, account, month):
     ds, expected = many
     expected = [row for row in expected if account in ("", row[1]) and month in ("", row[0])]
