@@ -163,27 +163,6 @@ def read_count(raw, holds, account=None):
     )
 
 
-def _read_bounded(response):
-    """At most ``ANSWER_LIMIT`` + 1 bytes of a 200 answer's decoded body."""
-    chunks, size = [], 0
-    for chunk in transport.bounded_chunks(response, ANSWER_LIMIT):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > ANSWER_LIMIT:
-            break
-    return b"".join(chunks)
-
-
-async def _aread_bounded(response):
-    chunks, size = [], 0
-    async for chunk in transport.abounded_chunks(response, ANSWER_LIMIT):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > ANSWER_LIMIT:
-            break
-    return b"".join(chunks)
-
-
 class Target:
     """Where one count goes: the account (None unrouted), its key_env and the key for this one
     request. ``take_secret`` hands the key over once; nothing else keeps it."""
@@ -252,7 +231,7 @@ def _send(where, body, betas):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             return refusal(response.status_code, info, where.account, where.key_env, retry_after), None
         try:
-            raw = _read_bounded(response)
+            raw = transport.read_bounded(response, ANSWER_LIMIT)
         except httpx.HTTPError:
             raw = None
     finally:
@@ -294,7 +273,7 @@ async def _asend(where, body, betas):
             retry_after = parse_retry_after(response.headers.get("retry-after"))
             return refusal(response.status_code, info, where.account, where.key_env, retry_after), None
         try:
-            raw = await _aread_bounded(response)
+            raw = await transport.aread_bounded(response, ANSWER_LIMIT)
         except httpx.HTTPError:
             raw = None
     finally:
