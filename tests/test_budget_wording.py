@@ -5,34 +5,17 @@ A reset frees spent budget; it never frees a ceiling held by an attempt in fligh
 attempt's settlement does (or ``llm accounts reconcile`` for one left open).
 """
 
-import datetime as dt
-
 import pytest
 
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, Scope
+from llm_accounts.ledger import Complete
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
 
-UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
-MODEL = "claude-sonnet-4-5-20250929"
+# The ledger tests' instants, quotes and fixture (one account rule on both backends).
+from test_ledger import MODEL, T0, conv, ledger, quote  # noqa: F401 (ledger: a fixture)
+
 USAGE = {"input_tokens": 100, "output_tokens": 20}
-
-
-def quote(ceiling):
-    return Quote(MODEL, ceiling, "2026-11-01", "ab" * 32)
-
-
-def conv(name):
-    return Scope("conversation", name)
-
-
-@pytest.fixture
-def ledger(ledger_location):
-    with Ledger(ledger_location) as ledger:
-        yield ledger
 
 
 def refusal(call):

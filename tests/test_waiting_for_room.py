@@ -6,36 +6,19 @@ queue in arrival order in the ledger's ``waiter`` table, and room that frees goe
 waiter it fits, never to a later prompt first. The ledger rules run on both backends.
 """
 
-import datetime as dt
-
 import pytest
 
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, NotSent, Scope, Unknown
+from llm_accounts.ledger import Complete, NotSent, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
 from llm_accounts.selection import Held, held_summary
 
-UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
-MODEL = "claude-sonnet-4-5-20250929"
+# The ledger tests' instants, quotes and fixture (one account rule on both backends).
+from test_ledger import MODEL, T0, conv, ledger, quote  # noqa: F401 (ledger: a fixture)
+
 USAGE = {"input_tokens": 100, "output_tokens": 20}
-
-
-def quote(ceiling):
-    return Quote(MODEL, ceiling, "2026-11-01", "ab" * 32)
-
-
-def conv(name):
-    return Scope("conversation", name)
-
-
-@pytest.fixture
-def ledger(ledger_location):
-    with Ledger(ledger_location) as ledger:
-        yield ledger
 
 
 def refusal(call):
