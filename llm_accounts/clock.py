@@ -62,12 +62,12 @@ def isoformat(t):
 
 
 def parse_aware(value):
-    """An aware datetime from an ``isoformat()`` text kept in a file of ours, or None for anything
-    else (a missing, naive or malformed value reads as never)."""
+    """An aware datetime from an ``isoformat()`` text kept in a file or ledger row of ours, or None
+    for anything else (a missing, naive or malformed value reads as never)."""
     if not isinstance(value, str):
         return None
     try:
         parsed = dt.datetime.fromisoformat(value)
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else None
+    return parsed if parsed.tzinfo is not None and parsed.utcoffset() is not None else None

@@ -22,7 +22,6 @@ first (docs/architecture.md "Selection"):
 """
 
 import dataclasses
-import datetime as dt
 import functools
 
 from . import clock, health
@@ -92,15 +91,7 @@ def parse_time(value):
     """A stored time as an aware datetime, or ``None`` when it is not text, does not parse or has
     no offset (docs/architecture.md "Warm prefixes": such a ``warm_prefix`` row counts as absent,
     nothing refuses)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    if parsed.tzinfo is None or parsed.utcoffset() is None:
-        return None
-    return parsed
+    return clock.parse_aware(value)
 
 
 # ---------------------------------------------------------------------------------------------
