@@ -1634,7 +1634,6 @@ def _with_admin_keys(account, section):
 
 def _reconcile_from_provider(account, json_):
     from . import provider_pass
-    from .declarations import load_declaration
     from .errors import AccountsError
     from .money import usd_fine
 
@@ -1717,7 +1716,6 @@ def audit(from_provider, account, days, json_):
 
 def _audit_from_provider(account, days, json_):
     from . import provider_audit
-    from .declarations import load_declaration
     from .errors import AccountsError
     from .money import usd_fine
 
