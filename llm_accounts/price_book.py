@@ -109,7 +109,7 @@ def build(shipped, user_revisions, problems=(), today=None):
 def current():
     """The book in force now: the newest shipped revision and the user's price files."""
     from . import clock
-    from .user_prices import load_user_revisions  # it reads files: imported when a book is built
+    from .user_prices import load_user_revisions
 
     revisions, problems = load_user_revisions()
     return build(pricing.current_revision(), revisions, problems, today=clock.utc_day(clock.now()))
