@@ -37,8 +37,8 @@ Server CPU: the time on a CPU (``/proc/<pid>/schedstat``, nanoseconds) of the ar
 backends (found by application_name in ``pg_stat_activity``) over the arm, divided by what the arm
 did: the statements, triggers, locking and commits each backend ran, with no extension to load.
 Background processes (WAL writer, checkpointer, autovacuum) are left out, for both arms alike. Client CPU: each worker's
-``time.process_time()`` over the arm. Waits: ``pg_stat_activity`` sampled every 10 ms during the
-ledger arms, for the ledger's connections (application_name ``llm-accounts``): a wait event, or
+``time.process_time()`` over the arm. Waits: ``pg_stat_activity`` sampled every 10 ms during every
+arm (so the sampling loads each alike), counted for the ledger's connections (application_name ``llm-accounts``): a wait event, or
 ``CPU`` for an active backend not waiting, or ``ClientRead (idle in transaction)`` for a backend
 holding a transaction open while it waits for its client.
 """
@@ -364,6 +364,7 @@ class WaitSampler(threading.Thread):
         self.conn = psycopg.connect(url, autocommit=True)
         self.lock = threading.Lock()
         self.counts, self.on, self.stopped = collections.Counter(), threading.Event(), threading.Event()
+        self.app = "llm-accounts"  # whose backends to sample: the arm's (it runs in every arm, alike)
 
     def query(self, sql, params=()):
         with self.lock:
@@ -371,10 +372,10 @@ class WaitSampler(threading.Thread):
 
     def run(self):
         query = ("SELECT state, wait_event_type, wait_event FROM pg_stat_activity "
-                 "WHERE application_name = 'llm-accounts' AND pid <> pg_backend_pid()")
+                 "WHERE application_name = %s AND pid <> pg_backend_pid()")
         while not self.stopped.is_set():
             if self.on.wait(0.05):
-                for state, kind, event in self.query(query):
+                for state, kind, event in self.query(query, (self.app,)):
                     if state == "idle":
                         continue  # between transactions: the client's own time
                     if state == "idle in transaction":
@@ -480,9 +481,10 @@ def postgres_section(pool, n, args, pg, rtts, summary):
                     "SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                     ("fleet-raw" if arm == "raw" else "llm-accounts",))]
                 before = backend_cpu(pids)
-                if arm == "ledger":
-                    pg["sampler"].counts = collections.Counter()
-                    pg["sampler"].on.set()
+                # Sampled in every arm, so its queries load the machine alike; counted for the ledger's.
+                pg["sampler"].counts = collections.Counter()
+                pg["sampler"].app = "fleet-raw" if arm == "raw" else "llm-accounts"
+                pg["sampler"].on.set()
                 done, busy, cpu = pool.run(arm, target, k, args.seconds)
                 pg["sampler"].on.clear()
                 after = backend_cpu(pids)

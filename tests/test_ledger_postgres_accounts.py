@@ -42,6 +42,7 @@ def hold(pg_url):
     def take(name):
         other._backend.begin(other._conn, True)
         other._backend.lock_account(other._conn, "anthropic", name)
+        other._conn.send()  # a transaction's statements are held until it reads or commits
 
     yield take
     other._backend.rollback(other._conn)

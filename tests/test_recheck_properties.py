@@ -210,8 +210,7 @@ def _sql_admits(ledger, account, n, h, quote, f, ahead):
     )
     conn, backend = ledger._conn, ledger._backend
     try:
-        with backend.exchange(conn):
-            cursor = recheck.admit(conn, backend, plan)
+        cursor = recheck.admit(conn, backend, plan)
         return backend.rowcount(cursor) == 1
     finally:
         backend.rollback(conn)

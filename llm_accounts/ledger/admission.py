@@ -30,7 +30,7 @@ def reserve(ledger, host, scope, attempt_id, quote, declared, pinned, client, ll
     deadline = time.monotonic() + package.BUSY_TIMEOUT_S
     args = (host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter)
     while True:
-        plan = core.in_transaction(ledger, choose, args, False)
+        plan = core.in_transaction(ledger, choose, args, core.RECHECKED)
         if callable(plan):  # a refusal that queues or drops this caller's place first: it raises
             core.in_transaction(ledger, plan, (), True)
         if _write(ledger, plan):
@@ -49,14 +49,14 @@ def reserve(ledger, host, scope, attempt_id, quote, declared, pinned, client, ll
 
 
 def _write(ledger, plan):
-    """The admission's write, in one exchange (``recheck.admit``); whether the attempt went in."""
+    """The admission's write (``recheck.admit``), one message on PostgreSQL; whether the attempt
+    went in."""
     conn, backend = ledger._conn, ledger._backend
     if conn is None:
         raise backend.unavailable("the ledger is closed")
     try:
-        with backend.exchange(conn):
-            cursor = recheck.admit(conn, backend, plan)
-            backend.commit(conn)
+        cursor = recheck.admit(conn, backend, plan)
+        backend.commit(conn)
         return backend.rowcount(cursor) == 1
     except BaseException as error:
         backend.rollback(conn)
@@ -74,12 +74,9 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
     now = now or clock.now()
     provider = scope.provider
     month, day = clock.credit_month(now), clock.utc_day(now)
-    duplicate, newest, bound, waiting = conn.execute(
-        """SELECT (SELECT 1 FROM attempt WHERE id = ?1), (SELECT MAX(month_utc) FROM month WHERE provider = ?2),
-             (SELECT account FROM binding WHERE scope_kind = ?3 AND scope_id = ?4 AND provider = ?2),
-             (SELECT 1 FROM waiter LIMIT 1)""",
-        (attempt_id, provider, scope.kind, scope.id),
-    ).fetchone()
+    duplicate, newest, bound, waiting, facts = reads.admission_facts(
+        conn, scope, attempt_id, month, now, host, quote.requested_model
+    )
     if duplicate:
         raise AccountsError(
             "duplicate_attempt", "this attempt id is already in the ledger; an attempt id authorizes one send", attempt_id=attempt_id
@@ -88,7 +85,6 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
         raise core.Unavailable(
             f"the clock says credit period {month}, but the ledger already holds {newest}; correct the system clock (UTC)"
         )
-    facts = reads.read_facts(conn, provider, month, now, host, full=False, model=quote.requested_model)
     moving = bound is not None and bound in exclude and _unbilled(conn, scope)
     old_binding = None
     if moving:

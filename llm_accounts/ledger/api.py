@@ -158,16 +158,20 @@ class Ledger:
         ``beyond_bounds``: the usage reports more server-tool uses than the request allowed, so the
         ceiling's premise broke and the complete settlement blocks the account (``ceiling_exceeded``)
         in the same transaction (docs/pricing.md "Server tools").
-        Without ``now`` the clock is read inside the transaction, once the write lock is held.
+        Without ``now`` the clock is read inside the transaction, once the write lock is held (on
+        PostgreSQL before it, with the rows the lock's guard re-checks: ``replay``).
         """
         check_id(attempt_id, "attempt_id")
         fields = check_evidence(evidence)
         if cert is not None:
             check_id(cert, "cert")
-        return self._run(
-            "settle", settlement.settle, self.host, attempt_id, evidence, fields, cert, bool(hour_after_key),
-            bool(server_tools), now, bool(beyond_bounds),
-        )
+        args = (self.host, attempt_id, evidence, fields, cert, bool(hour_after_key), bool(server_tools), now,
+                bool(beyond_bounds))
+        if self._backend.kind == "postgres":  # no lock across a round trip (replay.py)
+            from . import replay  # imports psycopg, which a SQLite ledger never needs
+
+            return self._run("settle", replay.settle, self, *args, transaction=False)
+        return self._run("settle", settlement.settle, *args)
 
     # -- corrections (corrections.py) -----------------------------------------------------------
 

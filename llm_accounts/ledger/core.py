@@ -118,6 +118,12 @@ def run(ledger, op, fn, *args, write=True, transaction=True):
             log_event(op, outcome, first_line - (requested or first_line), time.perf_counter() - first_line)
 
 
+# ``in_transaction``'s ``write`` for reads whose every figure a later write re-checks under the
+# account's lock (an admission's choice, docs/architecture.md "Ledger"): they need no snapshot
+# beyond each statement's own, so a backend whose transaction costs round trips runs them bare.
+RECHECKED = "rechecked"
+
+
 def in_transaction(ledger, fn, args, write):
     """Begin (taking the backend's write lock for a write), run ``fn(conn, *args)``, commit; roll
     back on any error. A backend's own error becomes ``ledger_busy`` or ``ledger_unavailable``
@@ -125,8 +131,10 @@ def in_transaction(ledger, fn, args, write):
     conn, backend = ledger._conn, ledger._backend
     if conn is None:
         raise backend.unavailable("the ledger is closed")
+    if write is RECHECKED and not backend.rechecked_reads_in_transaction:
+        return _bare(backend, conn, fn, args)
     try:
-        backend.begin(conn, write)
+        backend.begin(conn, bool(write) and write is not RECHECKED)
     except backend.errors as error:
         raise backend.map(error) from None
     try:
@@ -139,6 +147,19 @@ def in_transaction(ledger, fn, args, write):
         if isinstance(error, Unavailable):
             raise backend.unavailable(error.why) from None
         raise
+    if isinstance(result, Deferred):
+        raise result.error
+    return result
+
+
+def _bare(backend, conn, fn, args):
+    """``fn(conn, *args)`` with no transaction around it: each statement is its own snapshot."""
+    try:
+        result = fn(conn, *args)
+    except backend.errors as error:
+        raise backend.map(error) from None
+    except Unavailable as error:
+        raise backend.unavailable(error.why) from None
     if isinstance(result, Deferred):
         raise result.error
     return result

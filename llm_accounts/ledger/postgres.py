@@ -44,7 +44,7 @@ import hashlib
 import re
 
 import psycopg
-from psycopg.adapt import Loader
+from psycopg.adapt import Loader, PyFormat, Transformer
 from psycopg.pq import TransactionStatus
 from psycopg.rows import tuple_row
 
@@ -80,7 +80,7 @@ def lock_space(schema_name):
     return int.from_bytes(digest[:4], "big", signed=True)
 
 
-ACCOUNT_LOCK = "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || %(provider)s || ':' || %(name)s))"
+ACCOUNT_LOCK = "SELECT pg_advisory_xact_lock(:space, hashtext('account:' || :provider || ':' || :name))"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,10 +114,19 @@ class Row(tuple):
         return list(self._names)
 
 
+_row_classes = {}
+
+
 def _row_factory(cursor):
-    description = cursor.description or ()
-    names = tuple(column.name for column in description)
-    cls = type("Row", (Row,), {"__slots__": (), "_names": names, "_index": {n: i for i, n in enumerate(names)}})
+    # One class per column list, made once: a statement's rows share it (building a class per
+    # execute was a fifth of the client's time per admission, docs/performance.md "Fleet").
+    result = cursor.pgresult
+    names = () if result is None else tuple(result.fname(i).decode() for i in range(result.nfields))
+    cls = _row_classes.get(names)
+    if cls is None:
+        cls = type("Row", (Row,), {"__slots__": (), "_names": names, "_index": {n: i for i, n in enumerate(names)}})
+        if len(_row_classes) < 1024:
+            _row_classes[names] = cls
     return cls
 
 
@@ -157,19 +166,171 @@ def translate(sql, params):
     return query, values
 
 
+_WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+
+
 class Connection:
-    """The psycopg connection, answering ``execute`` in the rules' SQLite dialect."""
+    """The psycopg connection, answering ``execute`` in the rules' SQLite dialect.
+
+    Inside a transaction (``hold_from``) statements whose answer the rule does not read (BEGIN,
+    the locks, writes) are held, and sent with the next statement the rule reads from, or with
+    the COMMIT, as one message of the simple query protocol with its values bound on the client
+    (psycopg's ``ClientCursor``): a transaction costs a round trip per read it makes plus one,
+    and never holds a lock while the server waits for its next statement (docs/architecture.md
+    "Ledger on PostgreSQL")."""
 
     def __init__(self, raw, backend=None):
         self.raw = raw
         self.backend = backend  # its locks (``writes.lock_account``)
+        self._held = None  # statements not sent yet, as ``Held``; None outside a held transaction
+        self._statements = {}  # (query, parameter types) -> the name this session prepared it as
+        self._named = 0
+        self._transformer = Transformer(raw)
 
     def execute(self, sql, params=()):
-        query, values = translate(sql, params)
-        return self.raw.execute(query, values)
+        if self._held is None:
+            query, values = translate(sql, params)
+            return self.raw.execute(query, values)
+        held = self.hold(sql, params)
+        if _WRITE.match(sql) and "RETURNING" not in sql.upper():
+            return held
+        return self.send()
+
+    def hold_from(self, *statements):
+        """Start holding statements, beginning with ``statements`` (each ``(sql, params)``)."""
+        self._held = []
+        for sql, params in statements:
+            self.hold(sql, params)
+
+    def hold(self, sql, params=()):
+        """Queue one statement (a single one: each gives one result) to go with the next send."""
+        return self.hold_translated(*translate(sql, params))
+
+    def hold_translated(self, query, values):
+        """``hold`` for a statement already in psycopg's dialect (``translate``)."""
+        held = Held(self, query, values)
+        self._held.append(held)
+        return held
+
+    def send(self):
+        """Send every held statement as one message; returns the cursor on the last one's result.
+        An error in any of them raises here, and the transaction is left for ``rollback``.
+
+        A statement with parameters runs as ``EXECUTE`` of a statement this session prepared
+        (``PREPARE`` goes ahead of its first use), so the server plans it once per session as
+        psycopg's own prepared statements do, rather than parsing and planning the whole text
+        each time; its parameters get the types psycopg would send (``_prepared``)."""
+        held, self._held = self._held, []
+        cursor = psycopg.ClientCursor(self.raw)
+        parts, results, preparing = [], [], []
+        for h in held:
+            name, prepare = self._prepared(h, dict(preparing))
+            if name is None:
+                parts.append(cursor.mogrify(h.query, h.values))
+            else:
+                if prepare is not None:
+                    parts.append(prepare)
+                    results.append(None)
+                    preparing.append((h.key, name))
+                literal = self._transformer.as_literal
+                parts.append(f"EXECUTE {name} ({', '.join(literal(v).decode() for v in h.taken)})")
+            results.append(h)
+        cursor.execute(";\n".join(parts))
+        # Known once the message succeeded. After a failure a PREPARE ahead of the failing
+        # statement may have run: the next use prepares again under a new name, never a taken one.
+        self._statements.update(preparing)
+        for i, h in enumerate(results):
+            if i:
+                cursor.nextset()
+            if h is not None:
+                h.rowcount = cursor.rowcount
+        return cursor
+
+    def _prepared(self, held, preparing):
+        """``(name, PREPARE text or None)`` for a held statement, or ``(None, None)`` to send it
+        inline (no parameters, or one psycopg would not type). Sets ``held.taken``, the values
+        its ``EXECUTE`` passes."""
+        if not held.values or len(self._statements) + len(preparing) >= PREPARED_LIMIT:
+            return None, None
+        text, taken = _numbered(held.query, held.values)
+        if not taken:
+            return None, None
+        types = []
+        for value in taken:
+            oid = 0 if value is None else self._transformer.get_dumper(value, PyFormat.TEXT).oid
+            if oid not in _OID_TYPES:
+                return None, None
+            types.append(_OID_TYPES[oid])
+        key = held.key = (held.query, tuple(types))
+        held.taken = taken
+        name = self._statements.get(key) or preparing.get(key)
+        if name is not None:
+            return name, None
+        self._named += 1
+        name = f"llm_accounts_{self._named}"
+        return name, f"PREPARE {name} ({', '.join(types)}) AS {text}"
+
+    def end_hold(self):
+        """Stop holding; statements never sent are dropped (a rollback follows)."""
+        self._held = None
 
     def close(self):
         self.raw.close()
+
+
+# A session prepares at most this many statements; past it, new ones are sent inline. The write
+# path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
+PREPARED_LIMIT = 256
+# The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
+# infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
+_OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
+PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
+
+
+_numbering = {}
+
+
+def _numbered(query, values):
+    """psycopg's ``%s`` / ``%(name)s`` placeholders as ``$1``...: the text and the values it
+    takes, in order (a named value the text does not use is left out: the server could not type
+    it). The text and the order are worked out once per query."""
+    named = isinstance(values, dict)
+    key = (query, tuple(values) if named else len(values))
+    found = _numbering.get(key)
+    if found is None:
+        order = []  # names, or positions, in the order of $1, $2...
+
+        def number(match):
+            if match.group(0) == "%%":
+                return "%"
+            name = match.group(1) if match.group(1) is not None else len(order)
+            if name not in order or not named:
+                order.append(name)
+            return f"${order.index(name) + 1 if named else len(order)}"
+
+        found = (PLACEHOLDER.sub(number, query), tuple(order))
+        if len(_numbering) < 4096:
+            _numbering[key] = found
+    text, order = found
+    return text, [values[name] for name in order]
+
+
+class Held:
+    """A statement held for the next send; its ``rowcount`` sends it if asked before."""
+
+    def __init__(self, conn, query, values):
+        self._conn, self.query, self.values, self._rowcount = conn, query, values, None
+        self.key = self.taken = None
+
+    @property
+    def rowcount(self):
+        if self._rowcount is None:
+            self._conn.send()
+        return self._rowcount
+
+    @rowcount.setter
+    def rowcount(self, value):
+        self._rowcount = value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -389,7 +550,6 @@ class PostgresBackend:
         self.url = url
         self.location = mask(url)
         self._busy = busy
-        self._begin_write = None
         self._timeout = 5.0
 
     def unavailable(self, why):
@@ -416,56 +576,58 @@ class PostgresBackend:
 
     # -- transactions --------------------------------------------------------------------------
 
+    # An admission's read is one statement in autocommit (``core.RECHECKED``): a transaction
+    # around it would cost two round trips, and the write re-checks what it read.
+    rechecked_reads_in_transaction = False
+
     def begin(self, conn, write):
-        # One round trip: the simple protocol runs the three statements together. A lock wait past
-        # the bound leaves the transaction aborted: it ends here, as a failed BEGIN IMMEDIATE does.
-        try:
-            conn.raw.execute(self._begin_write if write else "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        except psycopg.Error:
-            self.rollback(conn)
-            raise
+        # Nothing is sent yet: BEGIN goes with the transaction's first read, or its COMMIT.
+        # A write shares the ledger's lock (``lock_key``); every statement's lock waits are
+        # bounded by the session's lock_timeout (``_prepare``).
+        if write:
+            conn.hold_from(("BEGIN", None), ("SELECT pg_advisory_xact_lock_shared(?)", (self._ledger_key,)))
+        else:
+            conn.hold_from(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None))
 
     def bulk(self, conn):
         """Inside a transaction that reads every row (``audit``): ``BULK_TIMEOUT_S`` per statement
         until it ends; lock waits keep the busy timeout."""
-        conn.raw.execute(f"SET LOCAL statement_timeout = '{BULK_TIMEOUT_S * 1000}ms'")
+        conn.hold(f"SET LOCAL statement_timeout = '{BULK_TIMEOUT_S * 1000}ms'")
 
     def commit(self, conn):
-        conn.raw.execute("COMMIT")
+        conn.hold("COMMIT")
+        try:
+            conn.send()
+        finally:
+            conn.end_hold()
 
     # -- per-account locks (docs/architecture.md "Ledger on PostgreSQL") ------------------------
 
     def lock_account(self, conn, provider, name):
         """Hold ``name``'s lock to the end of this write transaction: every write that changes an
         account's totals, health or block takes it, so an admission's re-check under it is sound."""
-        conn.raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+        conn.hold(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
 
     def lock_attempt_account(self, conn, attempt_id):
         """The lock of the account an attempt belongs to, in the statement that finds it."""
-        conn.raw.execute(
-            "SELECT pg_advisory_xact_lock(%(space)s, hashtext('account:' || provider || ':' || account)) "
-            "FROM attempt WHERE id = %(id)s",
+        conn.hold(
+            "SELECT pg_advisory_xact_lock(:space, hashtext('account:' || provider || ':' || account)) "
+            "FROM attempt WHERE id = :id",
             {"space": self._space, "id": attempt_id},
         )
 
     def lock_waiters(self, conn):
         """The queue of waiters: one writer at a time numbers a new place (``waiter.seq``)."""
-        conn.raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('waiter'))", (self._space,))
-
-    def exchange(self, conn):
-        """Send every statement before awaiting any answer: one round trip (psycopg's pipeline mode)."""
-        return conn.raw.pipeline()
+        conn.hold("SELECT pg_advisory_xact_lock(?, hashtext('waiter'))", (self._space,))
 
     def begin_admission(self, conn, provider, name, key_env=None):
-        """An admission's transaction, in its pipeline: the shared ledger lock, the account's, and
-        the key's when it starts the account's period (a key holds one budget a period)."""
-        raw = conn.raw
-        raw.execute("BEGIN")
-        raw.execute(self._lock_timeout)
-        raw.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._ledger_key,))
-        raw.execute(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+        """An admission's transaction: the shared ledger lock, the account's, and the key's when it
+        starts the account's period (a key holds one budget a period). Held, like the write and
+        the COMMIT after them: the admission is one message."""
+        self.begin(conn, True)
+        self.lock_account(conn, provider, name)
         if key_env is not None:
-            raw.execute("SELECT pg_advisory_xact_lock(%s, hashtext('key_env:' || %s))", (self._space, key_env))
+            conn.hold("SELECT pg_advisory_xact_lock(?, hashtext('key_env:' || ?))", (self._space, key_env))
 
     @staticmethod
     def rowcount(cursor):
@@ -477,8 +639,11 @@ class PostgresBackend:
         return getattr(error, "sqlstate", None) == "23505"
 
     def rollback(self, conn):
+        conn.end_hold()
         raw = conn.raw
-        if raw.closed or raw.info.transaction_status == TransactionStatus.IDLE:
+        if raw.closed:
+            return
+        if raw.info.transaction_status == TransactionStatus.IDLE:
             return
         try:
             raw.execute("ROLLBACK")
@@ -518,17 +683,16 @@ class PostgresBackend:
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
-        self._lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
+        lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
         self._ledger_key = lock_key(schema_name)
         self._space = lock_space(schema_name)
         # Writers share the ledger's lock and serialize per account (``lock_account``); opening
         # (creating or migrating the schema) takes it alone, so no write runs meanwhile, and nor
         # does a write of an older build, which takes it alone too (docs/architecture.md "Ledger
         # on PostgreSQL").
-        self._begin_write = f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock_shared({self._ledger_key})"
         if self._check(raw):
             return
-        raw.execute(f"BEGIN; {self._lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
+        raw.execute(f"BEGIN; {lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
         try:
             raw.execute(_bounds(timeout, BULK_TIMEOUT_S, local=True))
             if not self._check(raw, creating=True):

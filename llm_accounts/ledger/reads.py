@@ -72,6 +72,33 @@ WHERE a.provider = :provider
 """
 
 
+# An admission's read (``admission.choose``): whether the attempt id is taken, the newest credit
+# period, the scope's binding, whether anyone waits, and every account's facts, in one statement,
+# so one snapshot and, on PostgreSQL, one round trip with no transaction around it (the write
+# re-checks every figure it acts on under the account's lock: docs/architecture.md "Ledger on
+# PostgreSQL"). A ledger with no account yet still gives one row, its facts columns NULL.
+_ADMISSION_SQL = f"""
+WITH head AS (SELECT (SELECT 1 FROM attempt WHERE id = :attempt_id) AS duplicate,
+       (SELECT MAX(month_utc) FROM month WHERE provider = :provider) AS newest,
+       (SELECT account FROM binding WHERE scope_kind = :scope_kind AND scope_id = :scope_id
+         AND provider = :provider) AS bound,
+       (SELECT 1 FROM waiter LIMIT 1) AS waiting)
+SELECT head.*, f.* FROM head LEFT JOIN ({_FACTS_SQL}) f ON 1 = 1
+"""
+
+
+def admission_facts(conn, scope, attempt_id, month, now, host, model):
+    """``(duplicate, newest, bound, waiting, facts)`` for an admission, from one statement
+    (``_ADMISSION_SQL``); ``facts`` as ``read_facts(full=False)`` gives them."""
+    rows = conn.execute(_ADMISSION_SQL, {
+        "attempt_id": attempt_id, "provider": scope.provider, "scope_kind": scope.kind, "scope_id": scope.id,
+        "month": month, "model": model, "host": host,
+    }).fetchall()
+    head = rows[0]
+    facts = {row["name"]: _facts_from_row(row, now, False, model) for row in rows if row["name"] is not None}
+    return head["duplicate"], head["newest"], head["bound"], head["waiting"], facts
+
+
 def health_from(row, prefix="h_"):
     if row[f"{prefix}state"] is None:
         return None

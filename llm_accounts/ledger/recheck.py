@@ -202,10 +202,10 @@ _IF_ADMITTED = "EXISTS (SELECT 1 FROM attempt WHERE id = :id)"
 
 
 def admit(conn, backend, plan):
-    """Begin, lock and write ``plan``, inside the caller's exchange (``backend.exchange``), short
-    of the commit. Returns the attempt's INSERT cursor: after the commit, one row if the re-check
-    admitted it, none if another writer changed the account since the read. Nothing here reads
-    before it writes: every statement can be sent before any answer is awaited."""
+    """Begin, lock and write ``plan``, short of the commit. Returns the attempt's INSERT cursor:
+    after the commit, one row if the re-check admitted it, none if another writer changed the
+    account since the read. Nothing here reads before it writes, so on PostgreSQL every statement
+    is held and sent with the COMMIT, as one message (``postgres.Connection``)."""
     v, provider = plan.verdict, plan.scope.provider
     account, f, name = v.account, v.facts, v.account.name
     daily = getattr(account, "daily_budget_nusd", None)

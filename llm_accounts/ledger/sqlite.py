@@ -14,7 +14,6 @@ reset, replaced or deleted. Schema version in ``user_version``.
 """
 
 import collections
-import contextlib
 import os
 import pathlib
 import re
@@ -109,6 +108,9 @@ class SqliteBackend:
 
     # -- transactions --------------------------------------------------------------------------
 
+    # An admission's read runs in a deferred transaction: one snapshot, and no round trip to save.
+    rechecked_reads_in_transaction = True
+
     def begin(self, conn, write):
         conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
@@ -128,9 +130,6 @@ class SqliteBackend:
 
     def lock_waiters(self, conn):
         pass
-
-    def exchange(self, conn):
-        return contextlib.nullcontext()
 
     def begin_admission(self, conn, provider, name, key_env=None):
         conn.execute("BEGIN IMMEDIATE")

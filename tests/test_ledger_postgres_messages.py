@@ -1,0 +1,129 @@
+"""On PostgreSQL a write holds its account's lock for server time only (docs/architecture.md
+"Ledger on PostgreSQL"): an admission reads in one statement with no transaction around it, then
+sends its locks, its re-checked insert and its COMMIT as one message; a settlement reads and
+decides unlocked, then sends the lock, a guard that what it read still holds, its writes and its
+COMMIT as one message. A statement with values runs as ``EXECUTE`` of a statement the session
+prepared once. Results on both backends are tests/test_ledger.py's; this file holds PostgreSQL's own.
+
+Round trips are counted on psycopg's cursors: each ``execute`` sends one message and waits for
+its answer.
+"""
+
+import datetime as dt
+
+import psycopg
+import pytest
+
+from llm_accounts.declarations import Account
+from llm_accounts.ledger import Complete, Ledger, Scope, Unknown, settlement
+from llm_accounts.pricing import Quote
+
+MODEL = "claude-sonnet-4-5-20250929"
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
+WORK = Account("work", "WORK_KEY", 10**9)
+QUOTE = Quote(MODEL, 1_000_000, "2026-11-01", "ab" * 32)
+USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0}
+
+
+@pytest.fixture
+def ledger(pg_url):
+    with Ledger(pg_url) as opened:
+        opened.reserve(Scope("conversation", "c1"), "a1", QUOTE, [WORK], now=NOW)
+        yield opened
+
+
+@pytest.fixture
+def messages(monkeypatch):
+    """The text of every message psycopg sends from now on, in order."""
+    sent, execute = [], psycopg.Cursor.execute
+
+    def recording(cursor, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    return sent
+
+
+def statements(message):
+    return [part.strip() for part in message.split(";\n")]
+
+
+def takes_the_account_lock(message):
+    return "pg_advisory_xact_lock(" in message and "'account:'" in message
+
+
+def month(ledger):
+    return tuple(ledger._conn.execute("SELECT settled_nusd, open_nusd FROM month WHERE name = 'work'").fetchone())
+
+
+def test_an_admission_is_one_unlocked_read_then_one_message_that_takes_the_lock_and_commits(ledger, pg_url, messages):
+    with Ledger(pg_url) as fresh:  # a new session: the write's statements are prepared in it
+        del messages[:]
+        fresh.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)
+    read, write = messages
+    assert not takes_the_account_lock(read) and "BEGIN" not in read
+    assert statements(write)[0] == "BEGIN" and statements(write)[-1] == "COMMIT"
+    assert any("PREPARE" in s and takes_the_account_lock(s) for s in statements(write))
+
+
+@pytest.mark.parametrize(
+    "evidence, result, totals",
+    [(Complete(12_345, USAGE, MODEL), "settled", (12_345, 0)),
+     (Unknown("provider_error", "provider_outage", 500), "still_open", (0, 1_000_000))],
+    ids=["complete", "unknown"],
+)
+def test_a_settlement_is_one_unlocked_read_then_one_message_that_takes_the_lock_and_commits(
+    ledger, messages, evidence, result, totals
+):
+    assert ledger.settle("a1", evidence, now=NOW) == result
+    read, write = messages
+    assert not takes_the_account_lock(read) and "BEGIN" not in read
+    assert statements(write)[0] == "BEGIN" and statements(write)[-1] == "COMMIT"
+    assert month(ledger) == totals
+
+
+def test_a_statement_is_prepared_once_per_session_then_executed(ledger, pg_url, messages):
+    with Ledger(pg_url) as fresh:
+        del messages[:]
+        fresh.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)
+        fresh.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)  # the same shape: a new conversation
+    first, second = messages[1], messages[3]
+    assert "PREPARE" in first
+    assert "PREPARE" not in second and "EXECUTE" in second
+
+
+def test_a_settlement_overtaken_between_its_read_and_its_write_reads_again(ledger, pg_url, monkeypatch):
+    # Another machine settles the same attempt after this one read it open: the guard sees the
+    # attempt changed, nothing of the first decision is written, and the second read finds it settled.
+    decide, overtaken = settlement.settle, []
+
+    def decide_then_overtaken(conn, *args):
+        decided = decide(conn, *args)
+        if not overtaken:
+            overtaken.append(True)
+            with Ledger(pg_url) as other:
+                assert other.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW) == "settled"
+        return decided
+
+    monkeypatch.setattr(settlement, "settle", decide_then_overtaken)
+    assert ledger.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW) == "already_settled"
+    assert month(ledger) == (12_345, 0)  # the cost counted once, the ceiling released once
+
+
+def test_a_session_keeps_working_after_a_message_failed_past_a_prepare(ledger, pg_url, monkeypatch):
+    # A message whose statement failed after a PREPARE ahead of it ran: the statement is
+    # prepared again under a new name the next time, never under one the server already has.
+    from llm_accounts import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.3)
+    with Ledger(pg_url) as short, Ledger(pg_url) as other:
+        other._backend.begin(other._conn, True)
+        other._backend.lock_account(other._conn, "anthropic", "work")
+        other._conn.send()
+        with pytest.raises(Exception) as caught:
+            short.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW)
+        assert getattr(caught.value, "code", None) == "ledger_busy"
+        other._backend.rollback(other._conn)
+        assert short.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW) == "settled"
+    assert month(ledger) == (12_345, 0)
