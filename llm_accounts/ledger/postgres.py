@@ -183,6 +183,8 @@ class Connection:
         self.raw = raw
         self.backend = backend  # its locks (``writes.lock_account``)
         self._held = None  # statements not sent yet, as ``Held``; None outside a held transaction
+        self._sent = False  # whether this transaction has sent anything yet
+        self._shared = None  # the ledger's shared lock, held back to go with the first lock taken
         self._statements = {}  # (query, parameter types) -> the name this session prepared it as
         self._named = 0
         self._transformer = Transformer(raw)
@@ -196,14 +198,29 @@ class Connection:
             return held
         return self.send()
 
-    def hold_from(self, *statements):
-        """Start holding statements, beginning with ``statements`` (each ``(sql, params)``)."""
-        self._held = []
+    def hold_from(self, *statements, shared=None):
+        """Start holding statements, beginning with ``statements`` (each ``(sql, params)``).
+        ``shared`` is the ledger's shared lock, as named parameters: it goes into the first
+        account lock's statement (``hold_lock``), or ahead of any other statement."""
+        self._held, self._sent, self._shared = [], False, None
         for sql, params in statements:
             self.hold(sql, params)
+        self._shared = shared
 
     def hold(self, sql, params=()):
         """Queue one statement (a single one: each gives one result) to go with the next send."""
+        if self._shared is not None:
+            self.hold_lock("SELECT 1", {})
+        return self.hold_translated(*translate(sql, params))
+
+    def hold_lock(self, sql, params):
+        """Queue ``SELECT <lock>`` (named parameters, no FROM), taking the ledger's shared lock
+        first in the same statement if the transaction has not taken it yet: one statement, not
+        two (the select list is evaluated in order)."""
+        if self._shared is not None:
+            sql = f"SELECT pg_advisory_xact_lock_shared(:ledger_key), {sql.removeprefix('SELECT ')}"
+            params = {**params, "ledger_key": self._shared}
+            self._shared = None
         return self.hold_translated(*translate(sql, params))
 
     def hold_translated(self, query, values):
@@ -220,7 +237,7 @@ class Connection:
         (``PREPARE`` goes ahead of its first use), so the server plans it once per session as
         psycopg's own prepared statements do, rather than parsing and planning the whole text
         each time; its parameters get the types psycopg would send (``_prepared``)."""
-        held, self._held = self._held, []
+        held, self._held, self._sent = self._held, [], True
         cursor = psycopg.ClientCursor(self.raw)
         parts, results, preparing = [], [], []
         for h in held:
@@ -270,9 +287,24 @@ class Connection:
         name = f"llm_accounts_{self._named}"
         return name, f"PREPARE {name} ({', '.join(types)}) AS {text}"
 
+    def commit(self):
+        """Send what is held with the commit. A transaction that sent nothing before is one
+        message: its statements run as the implicit transaction PostgreSQL gives a message of
+        several statements (committed together, or none of them if one fails), so its BEGIN
+        and COMMIT are left out."""
+        if self._sent:
+            self.hold("COMMIT")
+        else:
+            del self._held[0]  # the BEGIN ``hold_from`` started with
+        try:
+            if self._held:
+                self.send()
+        finally:
+            self.end_hold()
+
     def end_hold(self):
         """Stop holding; statements never sent are dropped (a rollback follows)."""
-        self._held = None
+        self._held, self._shared = None, None
 
     def close(self):
         self.raw.close()
@@ -585,7 +617,7 @@ class PostgresBackend:
         # A write shares the ledger's lock (``lock_key``); every statement's lock waits are
         # bounded by the session's lock_timeout (``_prepare``).
         if write:
-            conn.hold_from(("BEGIN", None), ("SELECT pg_advisory_xact_lock_shared(?)", (self._ledger_key,)))
+            conn.hold_from(("BEGIN", None), shared=self._ledger_key)
         else:
             conn.hold_from(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None))
 
@@ -595,18 +627,14 @@ class PostgresBackend:
         conn.hold(f"SET LOCAL statement_timeout = '{BULK_TIMEOUT_S * 1000}ms'")
 
     def commit(self, conn):
-        conn.hold("COMMIT")
-        try:
-            conn.send()
-        finally:
-            conn.end_hold()
+        conn.commit()
 
     # -- per-account locks (docs/architecture.md "Ledger on PostgreSQL") ------------------------
 
     def lock_account(self, conn, provider, name):
         """Hold ``name``'s lock to the end of this write transaction: every write that changes an
         account's totals, health or block takes it, so an admission's re-check under it is sound."""
-        conn.hold(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
+        conn.hold_lock(ACCOUNT_LOCK, {"space": self._space, "provider": provider, "name": name})
 
     def lock_attempt_account(self, conn, attempt_id):
         """The lock of the account an attempt belongs to, in the statement that finds it."""
@@ -618,7 +646,7 @@ class PostgresBackend:
 
     def lock_waiters(self, conn):
         """The queue of waiters: one writer at a time numbers a new place (``waiter.seq``)."""
-        conn.hold("SELECT pg_advisory_xact_lock(?, hashtext('waiter'))", (self._space,))
+        conn.hold_lock("SELECT pg_advisory_xact_lock(:space, hashtext('waiter'))", {"space": self._space})
 
     def begin_admission(self, conn, provider, name, key_env=None):
         """An admission's transaction: the shared ledger lock, the account's, and the key's when it
@@ -627,7 +655,8 @@ class PostgresBackend:
         self.begin(conn, True)
         self.lock_account(conn, provider, name)
         if key_env is not None:
-            conn.hold("SELECT pg_advisory_xact_lock(?, hashtext('key_env:' || ?))", (self._space, key_env))
+            conn.hold_lock("SELECT pg_advisory_xact_lock(:space, hashtext('key_env:' || :key_env))",
+                           {"space": self._space, "key_env": key_env})
 
     @staticmethod
     def rowcount(cursor):
