@@ -472,7 +472,7 @@ def postgres_section(pool, n, args, pg, rtts, summary):
         raw_target = {"kind": "pg", "key": f"pg-raw-{rtt}", "raw": target_raw}
         arms = [("raw", 0)] + [("ledger", k) for k in args.accounts]
         results = collections.defaultdict(list)
-        waits = collections.Counter()
+        waits = collections.defaultdict(collections.Counter)  # per ledger arm (k accounts)
         for round_ in range(args.rounds):
             for arm, k in rotated(arms, round_):
                 target = raw_target if arm == "raw" else ledger_target
@@ -490,7 +490,7 @@ def postgres_section(pool, n, args, pg, rtts, summary):
                 after = backend_cpu(pids)
                 spent = sum(after[pid] - before[pid] for pid in after if pid in before)
                 if arm == "ledger":
-                    waits.update(pg["sampler"].counts)
+                    waits[k].update(pg["sampler"].counts)
                 results[(arm, k)].append((done / args.seconds, busy, cpu / max(done, 1),
                                           spent / max(done, 1)))
         raws = results[("raw", 0)]
@@ -509,9 +509,10 @@ def postgres_section(pool, n, args, pg, rtts, summary):
             print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {statistics.mean(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
                   f"{sum(g[1] for g in got)} | {server * 1000:.3f} | {server / raw_server:.1f} x | {client * 1000:.3f} |")
             summary.append((n, rtt, k, raw_rate, adm, statistics.mean(ratios), server / raw_server))
-        total = sum(waits.values()) or 1
-        print("top waits of the ledger's backends (share of samples of non-idle backends): " + "; ".join(
-            f"{name} {count / total:.0%}" for name, count in waits.most_common(5)))
+        for k in args.accounts:
+            total = sum(waits[k].values()) or 1
+            print(f"top waits of the ledger's backends over {k} account{'s' if k > 1 else ''} (share of samples of "
+                  "non-idle backends): " + "; ".join(f"{name} {count / total:.0%}" for name, count in waits[k].most_common(5)))
 
 
 def breakdown(pg, admissions):

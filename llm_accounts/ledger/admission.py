@@ -1,8 +1,8 @@
 """Admission: whether one physical attempt may be sent, on which account, and recording that it
 was (docs/architecture.md "Ledger", "Selection", "Scope", "Waiting for room").
 
-``reserve`` is two transactions (docs/architecture.md "Ledger"): ``choose`` reads what the ledger
-knows without a lock (``reads``), asks the pure rules for a verdict per account
+``reserve`` is a read and a write (docs/architecture.md "Ledger"): ``choose`` reads what the
+ledger knows without a lock (``reads``; on PostgreSQL one statement, no transaction), asks the pure rules for a verdict per account
 (``selection.verdict``: budgets, client caps, health gates, the probe) and, for a new
 conversation, an order (``selection.order``, warm prefixes first within bounds); then
 ``recheck.admit`` writes under the chosen account's lock only, inserting the attempt only if its

@@ -9,16 +9,16 @@ this package (docs/architecture.md "The write path"), the same on both backends;
   and need not be in the URL; a URL is only ever shown masked (``mask``);
 - locks per account: each write transaction shares the ledger's advisory lock (``lock_key``) and
   takes ``pg_advisory_xact_lock`` on each account it changes (``lock_account``), so writes on
-  different accounts never wait for each other. An admission reads unlocked and sends its write
-  (the locks, the re-checked insert, the commit) in one pipeline (``exchange``,
-  ``begin_admission``): its account's lock is held for server time and the commit only. Every
+  different accounts never wait for each other. A write's statements are held and sent with its
+  next read or its commit as one message (``Connection``), so an admission (read unlocked in one
+  statement, then the locks and the re-checked insert in one message: ``begin_admission``) and a
+  settlement (``replay.py``) hold their account's lock for server time and the commit only. Every
   limit is per account, so the re-check under that lock keeps every guarantee
   (docs/architecture.md "Ledger on PostgreSQL"). Opening the schema takes the ledger's lock alone,
   as an older build's writes do. The locks go with the commit or rollback, so a process killed
   mid-transaction holds nothing (its session ends). READ COMMITTED is enough: a statement run after
-  a lock is granted sees every earlier holder's commit. Reads (``status``, ``ladder``, an
-  admission's read) take a REPEATABLE READ READ ONLY snapshot and no lock, as SQLite's deferred
-  ``BEGIN`` does;
+  a lock is granted sees every earlier holder's commit. Reads (``status``, ``ladder``) take a
+  REPEATABLE READ READ ONLY snapshot and no lock, as SQLite's deferred ``BEGIN`` does;
 - bounds every wait: the connection's session sets ``lock_timeout`` and ``statement_timeout`` to
   the busy timeout (five seconds) before its first read, so every statement, reads and the schema
   check on open included, gives up rather than hangs behind a lock held by maintenance

@@ -1,12 +1,12 @@
 """An admission's write: lock the chosen account, re-check its limits where the data is, insert.
 
 Admission reads its candidates without a lock (one snapshot), chooses with ``selection``, then
-writes in one exchange (docs/architecture.md "Ledger on PostgreSQL"): take the chosen account's
-lock, insert the attempt only if every limit the verdict checked still holds, update the month
-totals, the binding and the waiter only if it was inserted, commit. On PostgreSQL the statements
-go out in one pipeline (psycopg's pipeline mode), so the account's lock is held for server time
-and the commit only, never across a client round trip; on SQLite the same statements run in one
-short ``BEGIN IMMEDIATE``. If another writer changed the account since the read, nothing is
+writes (docs/architecture.md "Ledger on PostgreSQL"): take the chosen account's lock, insert the
+attempt only if every limit the verdict checked still holds, update the month totals, the binding
+and the waiter only if it was inserted, commit. On PostgreSQL the statements go out as one message
+(``postgres.Connection``), so the account's lock is held for server time and the commit only,
+never across a client round trip; on SQLite the same statements run in one short
+``BEGIN IMMEDIATE``. If another writer changed the account since the read, nothing is
 inserted and the ledger reads and chooses again.
 
 Every limit is per account, so re-checking the chosen account under its lock is enough: a write
