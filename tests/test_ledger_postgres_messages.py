@@ -134,3 +134,18 @@ def test_a_session_keeps_working_after_a_message_failed_past_a_prepare(ledger, p
         other._backend.rollback(other._conn)
         assert short.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW) == "settled"
     assert month(ledger) == (12_345, 0)
+
+
+def test_a_session_whose_statements_the_server_lost_sends_its_messages_inline(ledger, messages):
+    # What a pooler in transaction mode does (another server connection for each transaction):
+    # the statements this session prepared are gone. The message fails whole, is sent again
+    # inline, and the session prepares nothing more.
+    raw = ledger._conn.raw
+    for (name,) in raw.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'llm\\_accounts\\_%'").fetchall():
+        raw.execute(f"DEALLOCATE {name}")
+    del messages[:]
+    ledger.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)
+    assert "EXECUTE" in messages[1] and "EXECUTE" not in messages[-1]  # refused, then sent inline
+    ledger.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)
+    assert not any("EXECUTE" in m or "PREPARE" in m for m in messages[-2:])
+    assert month(ledger) == (0, 3_000_000)

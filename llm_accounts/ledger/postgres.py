@@ -41,6 +41,7 @@ this package (docs/architecture.md "The write path"), the same on both backends;
 
 import decimal
 import hashlib
+import os
 import re
 
 import psycopg
@@ -184,6 +185,9 @@ class Connection:
         self.backend = backend  # its locks (``writes.lock_account``)
         self._held = None  # statements not sent yet, as ``Held``; None outside a held transaction
         self._sent = False  # whether this transaction has sent anything yet
+        self._writing = False
+        self._prepare = True  # False once the server lost this session's statements (``send``)
+        self._token = os.urandom(4).hex()  # in every name: another session's never collides
         self._shared = None  # the ledger's shared lock, held back to go with the first lock taken
         self._statements = {}  # (query, parameter types) -> the name this session prepared it as
         self._named = 0
@@ -198,11 +202,12 @@ class Connection:
             return held
         return self.send()
 
-    def hold_from(self, *statements, shared=None):
+    def hold_from(self, *statements, shared=None, write=False):
         """Start holding statements, beginning with ``statements`` (each ``(sql, params)``).
         ``shared`` is the ledger's shared lock, as named parameters: it goes into the first
-        account lock's statement (``hold_lock``), or ahead of any other statement."""
-        self._held, self._sent, self._shared = [], False, None
+        account lock's statement (``hold_lock``), or ahead of any other statement. ``write``: a
+        write transaction, whose first message prepares its statements (``send``)."""
+        self._held, self._sent, self._shared, self._writing = [], False, None, write
         for sql, params in statements:
             self.hold(sql, params)
         self._shared = shared
@@ -233,20 +238,38 @@ class Connection:
         """Send every held statement as one message; returns the cursor on the last one's result.
         An error in any of them raises here, and the transaction is left for ``rollback``.
 
-        A statement with parameters runs as ``EXECUTE`` of a statement this session prepared
-        (``PREPARE`` goes ahead of its first use), so the server plans it once per session as
-        psycopg's own prepared statements do, rather than parsing and planning the whole text
-        each time; its parameters get the types psycopg would send (``_prepared``)."""
-        held, self._held, self._sent = self._held, [], True
+        In the first message of a write transaction (``hold_from(write=True)``), a statement with
+        parameters runs as ``EXECUTE`` of a statement this session prepared (``PREPARE`` goes
+        ahead of its first use), so the server plans it once per session as psycopg's own
+        prepared statements do, rather than parsing and planning the whole text each time; its
+        parameters get the types psycopg would send (``_prepared``). Where the server no longer
+        has them (a pooler such as PgBouncer in transaction mode hands each transaction another
+        server connection), the message failed whole, so it is sent again inline, and this
+        session prepares nothing more."""
+        held, self._held = self._held, []
+        first, self._sent = not self._sent, True
+        if not (first and self._writing and self._prepare):
+            return self._send(held, False)
+        try:
+            return self._send(held, True)
+        except psycopg.Error as error:
+            if getattr(error, "sqlstate", None) not in ("26000", "42P05"):
+                raise
+        self._prepare = False  # invalid_sql_statement_name, duplicate_prepared_statement
+        if self.raw.info.transaction_status != TransactionStatus.IDLE:
+            self.raw.execute("ROLLBACK")  # the message began the transaction: nothing was written
+        return self._send(held, False)
+
+    def _send(self, held, prepare):
         cursor = psycopg.ClientCursor(self.raw)
         parts, results, preparing = [], [], []
         for h in held:
-            name, prepare = self._prepared(h, dict(preparing))
+            name, text = self._prepared(h, dict(preparing)) if prepare else (None, None)
             if name is None:
                 parts.append(cursor.mogrify(h.query, h.values))
             else:
-                if prepare is not None:
-                    parts.append(prepare)
+                if text is not None:
+                    parts.append(text)
                     results.append(None)
                     preparing.append((h.key, name))
                 literal = self._transformer.as_literal
@@ -284,7 +307,7 @@ class Connection:
         if name is not None:
             return name, None
         self._named += 1
-        name = f"llm_accounts_{self._named}"
+        name = f"llm_accounts_{self._token}_{self._named}"
         return name, f"PREPARE {name} ({', '.join(types)}) AS {text}"
 
     def commit(self):
@@ -617,7 +640,7 @@ class PostgresBackend:
         # A write shares the ledger's lock (``lock_key``); every statement's lock waits are
         # bounded by the session's lock_timeout (``_prepare``).
         if write:
-            conn.hold_from(("BEGIN", None), shared=self._ledger_key)
+            conn.hold_from(("BEGIN", None), shared=self._ledger_key, write=True)
         else:
             conn.hold_from(("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", None))
 
