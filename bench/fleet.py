@@ -73,10 +73,12 @@ MODEL = "claude-sonnet-4-5-20250929"
 USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read_input_tokens": 0}
 
 
-class Account:
-    def __init__(self, name):
-        self.name, self.key_env, self.budget_nusd = name, name.upper() + "_KEY", BUDGET
-        self.daily_budget_nusd, self.rank, self.weight, self.models = None, 0, 1, None
+def declared(name):
+    """A declared account as ``llm accounts`` reads one (``declarations.Account``, frozen, so the
+    ledger checks it once per process, as it does for a real declaration)."""
+    from llm_accounts.declarations import Account
+
+    return Account(name, name.upper() + "_KEY", BUDGET)
 
 
 class Quote:
@@ -88,7 +90,7 @@ class Quote:
     hour_after_key = False
 
 
-ACCOUNTS = [Account(f"acct{i:02d}") for i in range(50)]
+ACCOUNTS = [declared(f"acct{i:02d}") for i in range(50)]
 READ_EVERY_S = 0.05  # the reader arm: status and a Datasette-style read 20 times a second
 
 
