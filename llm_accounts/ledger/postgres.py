@@ -290,7 +290,9 @@ class Connection:
         """``(name, PREPARE text or None)`` for a held statement, or ``(None, None)`` to send it
         inline (no parameters, or one psycopg would not type). Sets ``held.taken``, the values
         its ``EXECUTE`` passes."""
-        if not held.values or len(self._statements) + len(preparing) >= PREPARED_LIMIT:
+        # Every name given counts: a PREPARE in a message that failed stays on the server
+        # (PREPARE is not undone with its transaction) though ``_statements`` never learns it.
+        if not held.values or self._named >= PREPARED_LIMIT:
             return None, None
         text, taken = _numbered(held.query, held.values)
         if not taken:

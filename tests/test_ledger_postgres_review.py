@@ -1,0 +1,48 @@
+"""Review of the PostgreSQL write path (docs/architecture.md "Ledger on PostgreSQL"): points where
+the held messages, the session's prepared statements or the guarded settlement were found to
+break a promise, each held by a test that failed before its fix."""
+
+import datetime as dt
+
+import psycopg
+import pytest
+
+from llm_accounts.declarations import Account
+from llm_accounts.ledger import Ledger, Scope
+from llm_accounts.ledger import postgres
+from llm_accounts.pricing import Quote
+
+MODEL = "claude-sonnet-4-5-20250929"
+NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
+WORK = Account("work", "WORK_KEY", 10**9)
+QUOTE = Quote(MODEL, 1_000_000, "2026-11-01", "ab" * 32)
+
+
+def prepared_in(ledger):
+    return ledger._conn.raw.execute(
+        "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'llm\\_accounts\\_%'"
+    ).fetchone()[0]
+
+
+def test_messages_that_fail_past_a_prepare_never_leave_the_session_more_statements_than_its_limit(pg_url, monkeypatch):
+    # PREPARE is not undone when its message's transaction fails, so a statement prepared in a
+    # message that failed (a guard that found a change, a lock wait past its bound, a conflict)
+    # stays on the server, and the next use prepares it again under a new name: the limit must
+    # count every name the session gave, or a busy session's server memory grows without bound.
+    with Ledger(pg_url) as first:
+        first.reserve(Scope("conversation", "c1"), "a1", QUOTE, [WORK], now=NOW)
+    monkeypatch.setattr(postgres, "PREPARED_LIMIT", 3)
+    with Ledger(pg_url) as ledger:  # a new session: nothing prepared yet
+        for _ in range(6):
+            ledger._backend.begin(ledger._conn, True)
+            ledger._backend.lock_account(ledger._conn, "anthropic", "work")
+            ledger._conn.execute(  # refused by the table's CHECK: the whole message fails
+                "UPDATE attempt SET ceiling_nusd = ? WHERE id = ?", (-1, "a1")
+            )
+            with pytest.raises(psycopg.errors.CheckViolation):
+                ledger._backend.commit(ledger._conn)
+            ledger._backend.rollback(ledger._conn)
+        assert prepared_in(ledger) <= 3
+        ledger.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)  # still works, inline
+        assert prepared_in(ledger) <= 3
+        assert ledger.attempt_count(account="work") == 2
