@@ -46,3 +46,21 @@ def test_messages_that_fail_past_a_prepare_never_leave_the_session_more_statemen
         ledger.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)  # still works, inline
         assert prepared_in(ledger) <= 3
         assert ledger.attempt_count(account="work") == 2
+
+
+def test_a_rolled_back_transaction_does_not_cost_the_session_its_prepared_statements(pg_url):
+    # psycopg prepares a query it runs often (the admission's read) and, on seeing a ROLLBACK,
+    # sends DEALLOCATE ALL, which drops this session's own statements too: the next write then
+    # finds them gone, as through a pooler, and the session would never prepare again.
+    with Ledger(pg_url) as first:
+        first.reserve(Scope("conversation", "c0"), "a0", QUOTE, [WORK], now=NOW)
+    with Ledger(pg_url) as ledger:
+        for n in range(1, 7):  # past psycopg's prepare_threshold (5)
+            ledger.reserve(Scope("conversation", f"c{n}"), f"a{n}", QUOTE, [WORK], now=NOW)
+        ledger._backend.begin(ledger._conn, False)  # a read transaction that ends in an error
+        ledger._conn.execute("SELECT 1")
+        ledger._backend.rollback(ledger._conn)
+        ledger.reserve(Scope("conversation", "c7"), "a7", QUOTE, [WORK], now=NOW)
+        assert ledger._conn._prepare
+        assert prepared_in(ledger) > 0
+        assert ledger.attempt_count(account="work") == 8

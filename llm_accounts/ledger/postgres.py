@@ -167,6 +167,15 @@ def translate(sql, params):
     return query, values
 
 
+def rollback(raw):
+    """ROLLBACK past psycopg's own prepared-statement cache: psycopg answers a ROLLBACK it sees
+    with DEALLOCATE ALL, which would drop this session's statements too (``Connection.send``
+    would take them for lost to a pooler and stop preparing)."""
+    result = raw.pgconn.exec_(b"ROLLBACK")
+    if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise psycopg.OperationalError("ROLLBACK failed")
+
+
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
@@ -257,7 +266,7 @@ class Connection:
                 raise
         self._prepare = False  # invalid_sql_statement_name, duplicate_prepared_statement
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
-            self.raw.execute("ROLLBACK")  # the message began the transaction: nothing was written
+            rollback(self.raw)  # the message began the transaction: nothing was written
         return self._send(held, False)
 
     def _send(self, held, prepare):
@@ -700,7 +709,7 @@ class PostgresBackend:
         if raw.info.transaction_status == TransactionStatus.IDLE:
             return
         try:
-            raw.execute("ROLLBACK")
+            rollback(raw)
         except psycopg.Error:
             pass
 
