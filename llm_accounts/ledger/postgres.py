@@ -122,12 +122,13 @@ def _row_factory(cursor):
     # One class per column list, made once: a statement's rows share it (building a class per
     # execute was a fifth of the client's time per admission, docs/performance.md "Fleet").
     result = cursor.pgresult
-    names = () if result is None else tuple(result.fname(i).decode() for i in range(result.nfields))
-    cls = _row_classes.get(names)
+    raw = () if result is None else tuple(map(result.fname, range(result.nfields)))
+    cls = _row_classes.get(raw)
     if cls is None:
+        names = tuple(name.decode() for name in raw)
         cls = type("Row", (Row,), {"__slots__": (), "_names": names, "_index": {n: i for i, n in enumerate(names)}})
         if len(_row_classes) < 1024:
-            _row_classes[names] = cls
+            _row_classes[raw] = cls
     return cls
 
 
