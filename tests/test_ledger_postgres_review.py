@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from llm_accounts.declarations import Account
-from llm_accounts.ledger import Ledger, Scope
+from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.ledger import postgres
 from llm_accounts.pricing import Quote
 
@@ -16,6 +16,7 @@ MODEL = "claude-sonnet-4-5-20250929"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 WORK = Account("work", "WORK_KEY", 10**9)
 QUOTE = Quote(MODEL, 1_000_000, "2026-11-01", "ab" * 32)
+USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0}
 
 
 def prepared_in(ledger):
@@ -64,3 +65,19 @@ def test_a_rolled_back_transaction_does_not_cost_the_session_its_prepared_statem
         assert ledger._conn._prepare
         assert prepared_in(ledger) > 0
         assert ledger.attempt_count(account="work") == 8
+
+
+def test_a_session_whose_server_lost_every_prepared_statement_keeps_admitting_and_settling(pg_url):
+    # A pooler in transaction mode loses psycopg's own prepared statements as well as the
+    # session's: psycopg prepares a read it runs often (the admission's, the settlement's), and
+    # its EXECUTE then fails with 26000. That is the same loss, and is met the same way: the read
+    # is sent again unprepared and the session prepares nothing more, instead of every admission
+    # and settlement being ledger_unavailable until the process ends.
+    with Ledger(pg_url) as ledger:
+        for n in range(6):  # past psycopg's prepare_threshold (5)
+            ledger.reserve(Scope("conversation", f"c{n}"), f"a{n}", QUOTE, [WORK], now=NOW)
+            ledger.settle(f"a{n}", Complete(5, USAGE, MODEL), now=NOW)
+        ledger._conn.raw.pgconn.exec_(b"DEALLOCATE ALL")  # as another server connection has none
+        ledger.reserve(Scope("conversation", "c6"), "a6", QUOTE, [WORK], now=NOW)
+        assert ledger.settle("a6", Complete(5, USAGE, MODEL), now=NOW) == "settled"
+        assert ledger.attempt_count(account="work") == 7

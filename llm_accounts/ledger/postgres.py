@@ -206,6 +206,14 @@ class Connection:
     def execute(self, sql, params=()):
         if self._held is None:
             query, values = translate(sql, params)
+            try:
+                return self.raw.execute(query, values)
+            except psycopg.Error as error:
+                # One statement in autocommit, refused whole: psycopg's own prepared statement
+                # (a read it runs often) is gone as the session's are (``send``).
+                if getattr(error, "sqlstate", None) not in LOST or self.raw.prepare_threshold is None:
+                    raise
+            self._stop_preparing()
             return self.raw.execute(query, values)
         held = self.hold(sql, params)
         if _WRITE.match(sql) and "RETURNING" not in sql.upper():
@@ -263,12 +271,18 @@ class Connection:
         try:
             return self._send(held, True)
         except psycopg.Error as error:
-            if getattr(error, "sqlstate", None) not in ("26000", "42P05"):
+            if getattr(error, "sqlstate", None) not in LOST:
                 raise
-        self._prepare = False  # invalid_sql_statement_name, duplicate_prepared_statement
+        self._stop_preparing()
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
             rollback(self.raw)  # the message began the transaction: nothing was written
         return self._send(held, False)
+
+    def _stop_preparing(self):
+        """The server lost this session's prepared statements (a pooler): neither this
+        connection nor psycopg prepares any more."""
+        self._prepare = False
+        self.raw.prepare_threshold = None
 
     def _send(self, held, prepare):
         cursor = psycopg.ClientCursor(self.raw)
@@ -348,6 +362,9 @@ class Connection:
 # A session prepares at most this many statements; past it, new ones are sent inline. The write
 # path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
 PREPARED_LIMIT = 256
+# invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
+# the session prepared (a pooler handing it another server connection).
+LOST = ("26000", "42P05")
 # The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
 # infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
 _OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
