@@ -168,6 +168,15 @@ def translate(sql, params):
     return query, values
 
 
+def rollback(raw):
+    """ROLLBACK past psycopg's own prepared-statement cache: psycopg answers a ROLLBACK it sees
+    with DEALLOCATE ALL, which would drop this session's statements too (``Connection.send``
+    would take them for lost to a pooler and stop preparing)."""
+    result = raw.pgconn.exec_(b"ROLLBACK")
+    if result.status != psycopg.pq.ExecStatus.COMMAND_OK:
+        raise psycopg.OperationalError("ROLLBACK failed")
+
+
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
@@ -197,6 +206,14 @@ class Connection:
     def execute(self, sql, params=()):
         if self._held is None:
             query, values = translate(sql, params)
+            try:
+                return self.raw.execute(query, values)
+            except psycopg.Error as error:
+                # One statement in autocommit, refused whole: psycopg's own prepared statement
+                # (a read it runs often) is gone as the session's are (``send``).
+                if getattr(error, "sqlstate", None) not in LOST or self.raw.prepare_threshold is None:
+                    raise
+            self._stop_preparing()
             return self.raw.execute(query, values)
         held = self.hold(sql, params)
         if _WRITE.match(sql) and "RETURNING" not in sql.upper():
@@ -254,12 +271,18 @@ class Connection:
         try:
             return self._send(held, True)
         except psycopg.Error as error:
-            if getattr(error, "sqlstate", None) not in ("26000", "42P05"):
+            if getattr(error, "sqlstate", None) not in LOST:
                 raise
-        self._prepare = False  # invalid_sql_statement_name, duplicate_prepared_statement
+        self._stop_preparing()
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
-            self.raw.execute("ROLLBACK")  # the message began the transaction: nothing was written
+            rollback(self.raw)  # the message began the transaction: nothing was written
         return self._send(held, False)
+
+    def _stop_preparing(self):
+        """The server lost this session's prepared statements (a pooler): neither this
+        connection nor psycopg prepares any more."""
+        self._prepare = False
+        self.raw.prepare_threshold = None
 
     def _send(self, held, prepare):
         cursor = psycopg.ClientCursor(self.raw)
@@ -291,7 +314,9 @@ class Connection:
         """``(name, PREPARE text or None)`` for a held statement, or ``(None, None)`` to send it
         inline (no parameters, or one psycopg would not type). Sets ``held.taken``, the values
         its ``EXECUTE`` passes."""
-        if not held.values or len(self._statements) + len(preparing) >= PREPARED_LIMIT:
+        # Every name given counts: a PREPARE in a message that failed stays on the server
+        # (PREPARE is not undone with its transaction) though ``_statements`` never learns it.
+        if not held.values or self._named >= PREPARED_LIMIT:
             return None, None
         text, taken = _numbered(held.query, held.values)
         if not taken:
@@ -337,6 +362,9 @@ class Connection:
 # A session prepares at most this many statements; past it, new ones are sent inline. The write
 # path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
 PREPARED_LIMIT = 256
+# invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
+# the session prepared (a pooler handing it another server connection).
+LOST = ("26000", "42P05")
 # The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
 # infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
 _OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
@@ -699,7 +727,7 @@ class PostgresBackend:
         if raw.info.transaction_status == TransactionStatus.IDLE:
             return
         try:
-            raw.execute("ROLLBACK")
+            rollback(raw)
         except psycopg.Error:
             pass
 
