@@ -153,6 +153,16 @@ def test_explicit_instants_either_side_of_a_period_boundary_fall_in_their_own_pe
 # 2. One key, one budget
 
 
+def test_a_pinned_admission_sees_another_name_holding_its_key_this_period(ledger):
+    # A pinned (or bound) admission reads only its own account's facts, unless it is the
+    # account's first attempt of the period: then every account's, for the key's other holder.
+    old, new = Account("old", "SHARED_KEY", NANO), Account("new", "SHARED_KEY", NANO)
+    ledger.reserve(conv("c1"), "a1", quote(), [old], now=T0)
+    with pytest.raises(AccountsError) as caught:
+        ledger.reserve(conv("c2"), "a2", quote(), [old, new], pinned="new", now=later(1))
+    assert caught.value.code == "account_config_conflict" and "'old'" in caught.value.message
+
+
 def test_a_key_env_holding_another_names_budget_this_period_refuses_a_fresh_budget(ledger):
     ledger.reserve(conv("c1"), "a1", quote(), [Account("old", "SHARED_KEY", NANO)], now=T0)
     with pytest.raises(AccountsError) as caught:

@@ -74,8 +74,9 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
     now = now or clock.now()
     provider = scope.provider
     month, day = clock.credit_month(now), clock.utc_day(now)
+    # Only the pinned or bound account's facts, unless a conversation may move on (``exclude``).
     duplicate, newest, bound, waiting, facts = reads.admission_facts(
-        conn, scope, attempt_id, month, now, host, quote.requested_model
+        conn, scope, attempt_id, month, now, host, quote.requested_model, pinned, every=bool(exclude)
     )
     if duplicate:
         raise AccountsError(
@@ -93,6 +94,11 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
             (scope.kind, scope.id, provider),
         ).fetchone()
     keeps = bound if bound is not None and not moving else None  # the binding this admission keeps
+    target = keeps or pinned
+    if target is not None and not getattr(facts.get(target), "month_row", False):
+        # The account's first attempt of the period: whether another name holds its key this
+        # period (selection.period_conflict) needs every account's facts.
+        facts = reads.read_facts(conn, provider, month, now, host, full=False, model=quote.requested_model)
     older, own = _waiters(conn, provider, waiter, now) if waiting else ((), None)
     try:
         if keeps is not None:

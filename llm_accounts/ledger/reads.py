@@ -73,26 +73,30 @@ WHERE a.provider = :provider
 
 
 # An admission's read (``admission.choose``): whether the attempt id is taken, the newest credit
-# period, the scope's binding, whether anyone waits, and every account's facts, in one statement,
-# so one snapshot and, on PostgreSQL, one round trip with no transaction around it (the write
-# re-checks every figure it acts on under the account's lock: docs/architecture.md "Ledger on
-# PostgreSQL"). A ledger with no account yet still gives one row, its facts columns NULL.
+# period, the scope's binding, whether anyone waits, and the facts of the accounts it may use, in
+# one statement, so one snapshot and, on PostgreSQL, one round trip with no transaction around it
+# (the write re-checks every figure it acts on under the account's lock: docs/architecture.md
+# "Ledger on PostgreSQL"). A pinned account, or a bound conversation's account when nothing is
+# excluded, is the only one read; a new conversation, or one moving on, reads every account. A
+# ledger with no account yet still gives one row, its facts columns NULL.
 _ADMISSION_SQL = f"""
 WITH head AS (SELECT (SELECT 1 FROM attempt WHERE id = :attempt_id) AS duplicate,
        (SELECT MAX(month_utc) FROM month WHERE provider = :provider) AS newest,
        (SELECT account FROM binding WHERE scope_kind = :scope_kind AND scope_id = :scope_id
          AND provider = :provider) AS bound,
        (SELECT 1 FROM waiter LIMIT 1) AS waiting)
-SELECT head.*, f.* FROM head LEFT JOIN ({_FACTS_SQL}) f ON 1 = 1
+SELECT head.*, f.* FROM head LEFT JOIN ({_FACTS_SQL}) f
+  ON :every = 1 OR f.name = COALESCE(:pinned, head.bound) OR (:pinned IS NULL AND head.bound IS NULL)
 """
 
 
-def admission_facts(conn, scope, attempt_id, month, now, host, model):
+def admission_facts(conn, scope, attempt_id, month, now, host, model, pinned=None, every=True):
     """``(duplicate, newest, bound, waiting, facts)`` for an admission, from one statement
-    (``_ADMISSION_SQL``); ``facts`` as ``read_facts(full=False)`` gives them."""
+    (``_ADMISSION_SQL``); ``facts`` as ``read_facts(full=False)`` gives them, for every account
+    with ``every``, else for the pinned or bound one only (every one for a new conversation)."""
     rows = conn.execute(_ADMISSION_SQL, {
         "attempt_id": attempt_id, "provider": scope.provider, "scope_kind": scope.kind, "scope_id": scope.id,
-        "month": month, "model": model, "host": host,
+        "month": month, "model": model, "host": host, "pinned": pinned, "every": int(every),
     }).fetchall()
     head = rows[0]
     facts = {row["name"]: _facts_from_row(row, now, False, model) for row in rows if row["name"] is not None}
