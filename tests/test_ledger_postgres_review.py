@@ -81,3 +81,23 @@ def test_a_session_whose_server_lost_every_prepared_statement_keeps_admitting_an
         ledger.reserve(Scope("conversation", "c6"), "a6", QUOTE, [WORK], now=NOW)
         assert ledger.settle("a6", Complete(5, USAGE, MODEL), now=NOW) == "settled"
         assert ledger.attempt_count(account="work") == 7
+
+
+def test_a_column_another_build_adds_does_not_stop_a_session_that_prepared_its_statements(pg_url):
+    # A newer build migrating the schema on open adds a column: a statement this session (or
+    # psycopg) prepared over ``SELECT t.*`` now changes its result type (SQLSTATE 0A000). The
+    # message failed whole, so it is sent again unprepared, and the settlement goes in.
+    model = "claude-sonnet-4-5-20250929"
+    now = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
+    work, quote = Account("work", "WORK_KEY", 10**12), Quote(model, 1_000, "2026-11-01", "ab" * 32)
+    usage = {"input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": 0}
+    with Ledger(pg_url) as ledger:
+        for i in range(8):  # past psycopg's prepare threshold (5) for the reads too
+            ledger.reserve(Scope("conversation", f"c{i}"), f"a{i}", quote, [work], now=now)
+            ledger.settle(f"a{i}", Complete(10, usage, model), now=now)
+        ledger.reserve(Scope("conversation", "c9"), "a9", quote, [work], now=now)
+        with psycopg.connect(pg_url, autocommit=True) as other:
+            other.execute("ALTER TABLE attempt ADD COLUMN later_build text")
+        assert ledger.settle("a9", Complete(10, usage, model), now=now) == "settled"
+        ledger.reserve(Scope("conversation", "c10"), "a10", quote, [work], now=now)
+        assert ledger.attempt_count(state="open") == 1

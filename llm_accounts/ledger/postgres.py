@@ -363,8 +363,10 @@ class Connection:
 # path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
 PREPARED_LIMIT = 256
 # invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
-# the session prepared (a pooler handing it another server connection).
-LOST = ("26000", "42P05")
+# the session prepared (a pooler handing it another server connection); feature_not_supported:
+# "cached plan must not change result type", a statement over ``SELECT *`` prepared before
+# another build added a column on open. Either way the statement did not run.
+LOST = ("26000", "42P05", "0A000")
 # The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
 # infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
 _OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
