@@ -11,6 +11,7 @@ its answer.
 """
 
 import datetime as dt
+import threading
 
 import psycopg
 import pytest
@@ -149,3 +150,30 @@ def test_a_session_whose_statements_the_server_lost_sends_its_messages_inline(le
     ledger.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)
     assert not any("EXECUTE" in m or "PREPARE" in m for m in messages[-2:])
     assert month(ledger) == (0, 3_000_000)
+
+
+def test_a_block_decided_then_overtaken_is_logged_only_by_the_settlement_that_wrote_it(ledger, pg_url, monkeypatch, caplog):
+    # The first decision (cost past the ceiling: block the account) is thrown away when another
+    # machine settles the attempt first; only the block that was written is said.
+    decide, overtaken = settlement.settle, []
+    over = Complete(2_000_000, USAGE, MODEL)  # past the 1,000,000 ceiling
+
+    def decide_then_overtaken(conn, *args):
+        decided = decide(conn, *args)
+        if not overtaken:
+            overtaken.append(True)
+            other = threading.Thread(target=settle_elsewhere)  # another machine: not this thread
+            other.start()
+            other.join()
+        return decided
+
+    def settle_elsewhere():
+        with Ledger(pg_url) as other:
+            overtaken.append(other.settle("a1", over, now=NOW))
+
+    monkeypatch.setattr(settlement, "settle", decide_then_overtaken)
+    with caplog.at_level("WARNING", logger="llm_accounts.ledger"):
+        assert ledger.settle("a1", over, now=NOW) == "already_settled"
+    assert overtaken == [True, "settled"]
+    assert [r.getMessage() for r in caplog.records].count(
+        "attempt cost exceeded its ceiling; account work blocked (ceiling_exceeded)") == 1

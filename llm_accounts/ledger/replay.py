@@ -18,6 +18,8 @@ by deltas), and every admission changes them: the guard does not compare them, o
 settlement took from them (a month's total past signed 64 bits).
 """
 
+import logging
+import threading
 import time
 
 from .. import ledger as package  # BUSY_TIMEOUT_S, as tests set it
@@ -73,13 +75,39 @@ def settle(ledger, host, attempt_id, evidence, fields, cert, hour_after_key, ser
     args = (host, attempt_id, evidence, fields, cert, hour_after_key, server_tools, now, beyond_bounds)
     while True:
         recorder = Recorder(conn)
-        result = _decide(conn, backend, recorder, args)
+        with _HeldLog() as said:  # what the rules log is said once their writes commit
+            result = _decide(conn, backend, recorder, args)
         if not recorder.writes:
+            said.emit()
             return _result(result)
         if _write(conn, backend, recorder, fields):
+            said.emit()
             return _result(result)
         if time.monotonic() >= deadline:
             raise core.busy("settle")
+
+
+class _HeldLog(logging.Filter):
+    """Holds back what ``settlement`` logs in this thread while it decides ("account blocked"),
+    since a decision the guard turns down is thrown away and made again."""
+
+    def __enter__(self):
+        self.records, self.thread = [], threading.get_ident()
+        settlement.log.addFilter(self)
+        return self
+
+    def __exit__(self, *exc):
+        settlement.log.removeFilter(self)
+
+    def filter(self, record):
+        if record.thread != self.thread:
+            return True
+        self.records.append(record)
+        return False
+
+    def emit(self):
+        for record in self.records:
+            settlement.log.handle(record)
 
 
 def _decide(conn, backend, recorder, args):
