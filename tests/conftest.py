@@ -4,9 +4,16 @@ import os
 import pathlib
 import secrets
 import shutil
+import signal
 import string
 
 import pytest
+
+# A run started in the background by a shell without job control inherits SIGINT ignored, and
+# Python then leaves it ignored, in this process and in every child it starts: the tests that
+# press Ctrl-C (in process, or in a real llm process) need it delivered as KeyboardInterrupt.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ISOLATED_ENV = (
     "ANTHROPIC_ACCOUNTS",
