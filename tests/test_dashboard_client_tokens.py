@@ -59,4 +59,4 @@ async def test_a_ledger_without_token_columns_shows_no_token_table(tmp_path):
 
             return Result()
 
-    assert await dashboard.client_tokens(Db(), {"month": "2026-11"}) == []
+    assert await dashboard.client_tokens(Db(), {"month": clock.credit_month(T0)}) == []

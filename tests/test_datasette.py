@@ -337,12 +337,14 @@ async def test_spend_by_month_shows_exact_dollars_per_account_and_period(ds):
 
 @pytest.mark.asyncio
 async def test_spend_by_month_filters_by_account_and_month(ds):
+    period = clock.credit_month(NOW)  # the fixed instant the ledger is built around
+    previous = clock.credit_month(clock.credit_period(period)[0] - DAY)
     assert [(row["account"], row["credit_period"]) for row in await rows(ds, "spend_by_month", account="alpha")] == [
-        ("alpha", "2026-11"),
-        ("alpha", "2026-10"),
+        ("alpha", period),
+        ("alpha", previous),
     ]
-    assert [row["account"] for row in await rows(ds, "spend_by_month", month="2026-10")] == ["alpha", "omega"]
-    assert [row["settled_usd"] for row in await rows(ds, "spend_by_month", account="beta", month="2026-11")] == [
+    assert [row["account"] for row in await rows(ds, "spend_by_month", month=previous)] == ["alpha", "omega"]
+    assert [row["settled_usd"] for row in await rows(ds, "spend_by_month", account="beta", month=period)] == [
         "19.750000000"
     ]
 
