@@ -210,13 +210,8 @@ def count_sync(model, prompt, explicit_key=None):
 def _send(where, body, betas):
     """``(error, tokens)``: one request signed with the target's key, which no frame keeps past
     it; the caller raises, outside every frame that held the key or the response."""
-    secret = where.take_secret()
-    holds = run_detector(secret.reveal())
     http = transport.shared_client()
-    request = http.build_request(
-        "POST", transport.base_url() + COUNT_PATH, content=body, headers=transport.headers(secret, stream=False, betas=betas)
-    )
-    del secret
+    request, holds = _signed(http, where, body, betas)
     failure = None
     try:
         response = http.send(request, stream=True)
@@ -227,9 +222,7 @@ def _send(where, body, betas):
         return unreachable(failure, where.account), None
     try:
         if response.status_code != 200:
-            info = transport.read_refusal(response)
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
-            return refusal(response.status_code, info, where.account, where.key_env, retry_after), None
+            return _refused(response, transport.read_refusal(response), where), None
         try:
             raw = transport.read_bounded(response, ANSWER_LIMIT)
         except httpx.HTTPError:
@@ -238,6 +231,24 @@ def _send(where, body, betas):
         response.close()
     tokens, error = read_count(raw, holds, where.account)
     return error, tokens
+
+
+def _signed(http, where, body, betas):
+    """``(request, the key's runs)``: the count request signed with the target's key, and what
+    scrubs the answer of it; the key itself is gone when this returns."""
+    secret = where.take_secret()
+    holds = run_detector(secret.reveal())
+    request = http.build_request(
+        "POST", transport.base_url() + COUNT_PATH, content=body, headers=transport.headers(secret, stream=False, betas=betas)
+    )
+    del secret
+    return request, holds
+
+
+def _refused(response, info, where):
+    """The coded error for a count the provider refused (``info``: its body, read and bounded)."""
+    retry_after = parse_retry_after(response.headers.get("retry-after"))
+    return refusal(response.status_code, info, where.account, where.key_env, retry_after)
 
 
 async def count_async(model, prompt, explicit_key=None):
@@ -252,13 +263,8 @@ async def count_async(model, prompt, explicit_key=None):
 
 
 async def _asend(where, body, betas):
-    secret = where.take_secret()
-    holds = run_detector(secret.reveal())
     http = transport.shared_async_client()
-    request = http.build_request(
-        "POST", transport.base_url() + COUNT_PATH, content=body, headers=transport.headers(secret, stream=False, betas=betas)
-    )
-    del secret
+    request, holds = _signed(http, where, body, betas)
     failure = None
     try:
         response = await http.send(request, stream=True)
@@ -269,9 +275,7 @@ async def _asend(where, body, betas):
         return unreachable(failure, where.account), None
     try:
         if response.status_code != 200:
-            info = await transport.aread_refusal(response)
-            retry_after = parse_retry_after(response.headers.get("retry-after"))
-            return refusal(response.status_code, info, where.account, where.key_env, retry_after), None
+            return _refused(response, await transport.aread_refusal(response), where), None
         try:
             raw = await transport.aread_bounded(response, ANSWER_LIMIT)
         except httpx.HTTPError:

@@ -72,21 +72,8 @@ def test_a_whole_answer_past_its_bound_is_not_read_and_its_attempt_stays_open(ho
 
 
 def test_an_async_whole_answer_past_its_bound_is_not_read_and_its_attempt_stays_open(hostile_account, ledger_path):
-    import llm
-
-    from llm_accounts.errors import AccountsError
-
     hostile_account.answer = lambda request: whole_bomb()
-
-    async def run():
-        return await llm.get_async_model(MODEL).prompt("Hello", stream=False).text()
-
-    def prompt():
-        with pytest.raises(AccountsError) as caught:
-            asyncio.run(run())
-        return caught.value
-
-    error, peak = peak_while(prompt)
+    error, peak = peak_while(lambda: async_prompt_error(stream=False))
     assert error.code == "provider_error" and "passed its bound" in str(error), str(error)[:300]
     assert peak < PEAK_LIMIT, peak
     assert_open_with_its_ceiling(ledger_path)
@@ -101,24 +88,25 @@ def test_a_stream_line_past_its_bound_ends_the_stream_and_its_attempt_stays_open
 
 
 def test_an_async_stream_line_past_its_bound_ends_the_stream_and_its_attempt_stays_open(hostile_account, ledger_path):
+    hostile_account.answer = lambda request: endless_line_bomb()
+    error, peak = peak_while(lambda: async_prompt_error(stream=True))
+    assert error.code == "provider_error" and "passed its bound" in str(error), str(error)[:300]
+    assert peak < PEAK_LIMIT, peak
+    assert_open_with_its_ceiling(ledger_path)
+
+
+def async_prompt_error(stream):
+    """The ``AccountsError`` an async routed prompt raises."""
     import llm
 
     from llm_accounts.errors import AccountsError
 
-    hostile_account.answer = lambda request: endless_line_bomb()
-
     async def run():
-        return await llm.get_async_model(MODEL).prompt("Hello").text()
+        return await llm.get_async_model(MODEL).prompt("Hello", stream=stream).text()
 
-    def prompt():
-        with pytest.raises(AccountsError) as caught:
-            asyncio.run(run())
-        return caught.value
-
-    error, peak = peak_while(prompt)
-    assert error.code == "provider_error" and "passed its bound" in str(error), str(error)[:300]
-    assert peak < PEAK_LIMIT, peak
-    assert_open_with_its_ceiling(ledger_path)
+    with pytest.raises(AccountsError) as caught:
+        asyncio.run(run())
+    return caught.value
 
 
 def gzip_client(prefix):

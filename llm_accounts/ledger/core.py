@@ -12,6 +12,7 @@ rule whose refusal must commit a write first (a block, a waiter's place) returns
 """
 
 import asyncio
+import contextlib
 import logging
 import os
 import pathlib
@@ -152,14 +153,22 @@ def in_transaction(ledger, fn, args, write):
     return result
 
 
-def _bare(backend, conn, fn, args):
-    """``fn(conn, *args)`` with no transaction around it: each statement is its own snapshot."""
+@contextlib.contextmanager
+def mapped(backend):
+    """Outside a transaction: a backend's own error as ``ledger_busy`` or ``ledger_unavailable``
+    naming its code, a rule's ``Unavailable`` as ``ledger_unavailable``."""
     try:
-        result = fn(conn, *args)
+        yield
     except backend.errors as error:
         raise backend.map(error) from None
     except Unavailable as error:
         raise backend.unavailable(error.why) from None
+
+
+def _bare(backend, conn, fn, args):
+    """``fn(conn, *args)`` with no transaction around it: each statement is its own snapshot."""
+    with mapped(backend):
+        result = fn(conn, *args)
     if isinstance(result, Deferred):
         raise result.error
     return result

@@ -116,12 +116,8 @@ def _decide(conn, backend, recorder, args):
     that disagree with each other or with the rows then are never committed."""
     if conn is None:
         raise backend.unavailable("the ledger is closed")
-    try:
+    with core.mapped(backend):
         return settlement.settle(recorder, *args)
-    except backend.errors as error:
-        raise backend.map(error) from None
-    except core.Unavailable as error:
-        raise backend.unavailable(error.why) from None
 
 
 def _result(result):
