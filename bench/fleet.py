@@ -523,10 +523,16 @@ def postgres_section(pool, n, args, pg, rtts, summary):
                   "non-idle backends): " + "; ".join(f"{name} {count / total:.0%}" for name, count in waits[k].most_common(5)))
 
 
+def wal_bytes(conn, since):
+    return conn.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", (str(since),)).fetchone()[0]
+
+
 def breakdown(pg, admissions):
     """One process, sequential: server CPU per admission with the totals triggers and without
-    them (a second ledger schema whose attempt triggers are disabled), per raw commit, and where
-    the statement time goes (pg_stat_statements and track_functions, when the server has them)."""
+    them (a second ledger schema whose attempt triggers are disabled), per admission's skeleton
+    (its reads and writes with the attempt row alone: the floor of its shape), per raw commit,
+    WAL per admission and per raw commit, and where the statement time goes (pg_stat_statements
+    and track_functions, when the server has them)."""
     import psycopg
 
     from llm_accounts.ledger import Complete, Ledger, Scope
@@ -561,7 +567,10 @@ def breakdown(pg, admissions):
         if triggers and pg["stats"]:
             admin.execute("SELECT pg_stat_statements_reset()")
             admin.execute("SELECT pg_stat_reset()")
+        before = admin.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
         server_cpu, client_cpu = cpu_per(lambda: admit(led, "seq", admissions), pid, admissions)
+        if triggers:
+            ledger_wal = wal_bytes(admin, before) / admissions
         rows.append(("admission (reserve + settle)" + ("" if triggers else ", totals triggers disabled"), server_cpu, client_cpu))
         if triggers and pg["stats"]:
             statements = admin.execute(
@@ -580,14 +589,37 @@ def breakdown(pg, admissions):
             raw.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
             raw.execute("COMMIT")
 
+    def skeleton(n):
+        # An admission's shape with nothing but the attempt row: an unlocked read, then a write
+        # that commits, twice (reserve, settle), on a table with the attempt's four indexes.
+        for _ in range(n):
+            key = uuid.uuid4().hex
+            raw.execute("SELECT 1 FROM bench_attempt WHERE id = %s", (key,)).fetchall()
+            raw.execute("INSERT INTO bench_attempt (id, account, state, ceiling_nusd, created_at) "
+                        "VALUES (%s, 'a', 'open', 5, '2026-01-01')", (key,))
+            raw.execute("SELECT * FROM bench_attempt WHERE id = %s", (key,)).fetchall()
+            raw.execute("UPDATE bench_attempt SET state = 'settled', cost_nusd = 3 WHERE id = %s", (key,))
+
+    raw.execute("""CREATE TABLE bench_attempt (seq bigint GENERATED ALWAYS AS IDENTITY, id text PRIMARY KEY,
+        account text NOT NULL, state text NOT NULL, ceiling_nusd bigint NOT NULL, cost_nusd bigint,
+        created_at text NOT NULL)""")
+    raw.execute("CREATE INDEX ON bench_attempt (seq)")
+    raw.execute("CREATE INDEX ON bench_attempt (state) WHERE state = 'open'")
+    raw.execute("CREATE INDEX ON bench_attempt (account, created_at) WHERE state = 'open'")
+    skeleton(20)
+    server_cpu, client_cpu = cpu_per(lambda: skeleton(admissions), pid, admissions)
+    rows.append(("admission's skeleton: the attempt row alone, read and written twice", server_cpu, client_cpu))
     commits(20)
+    before = raw.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
     server_cpu, client_cpu = cpu_per(lambda: commits(4 * admissions), pid, 4 * admissions)
+    raw_wal = wal_bytes(raw, before) / (4 * admissions)
     rows.append(("raw commit", server_cpu, client_cpu))
     raw.close()
     print("| unit | server CPU ms | / raw commit | client CPU ms |")
     print("|---|---|---|---|")
     for name, server_cpu, client_cpu in rows:
         print(f"| {name} | {server_cpu * 1000:.3f} | {server_cpu / rows[-1][1]:.1f} x | {client_cpu * 1000:.3f} |")
+    print(f"\nWAL per admission {ledger_wal:,.0f} bytes, per raw commit {raw_wal:,.0f} bytes (pg_current_wal_lsn)")
     if pg["stats"]:
         top = [s for s in statements if s[2]]
         total = sum(s[1] for s in top)
