@@ -14,7 +14,7 @@ from datasette.utils.asgi import Forbidden, Response
 from llm_accounts import clock
 
 from . import dashboard
-from .queries import LEDGER_TABLES, QUERIES, TOTALS_TABLES, canned_queries as ledger_queries
+from .queries import GAINED_TABLES, LEDGER_TABLES, QUERIES, canned_queries as ledger_queries
 
 DASHBOARD_PATH = "/-/llm-accounts"
 SOURCE = "llm-accounts"
@@ -26,9 +26,10 @@ async def is_ledger(db):
 
 
 async def has_totals(db):
-    """Whether the ledger holds the totals the queries and dashboard read (a ledger written by
-    an older llm-accounts gains them the next time an ``llm accounts`` command opens it)."""
-    return set(LEDGER_TABLES + TOTALS_TABLES) <= set(await db.table_names())
+    """Whether the ledger holds the totals and per-machine health the queries and dashboard read
+    (a ledger written by an older llm-accounts gains them the next time an ``llm accounts``
+    command opens it)."""
+    return set(LEDGER_TABLES + GAINED_TABLES) <= set(await db.table_names())
 
 
 def route_name(datasette, query, tables):

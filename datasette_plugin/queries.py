@@ -31,6 +31,10 @@ TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_c
 """The totals the queries read. A ledger written by an older llm-accounts gains them (filled from
 its rows) the next time any ``llm accounts`` command opens it; until then it gets no queries."""
 
+GAINED_TABLES = TOTALS_TABLES + ("host_health",)
+"""Every table the queries read that a ledger gains on open: the totals, and the per-machine
+health ``health`` lists (docs/architecture.md "Failure classes and health")."""
+
 DATABASE_NAMES = ("accounts-ledger", "ledger")
 """Database names ``metadata.yml`` covers: the default ledger file and ``ledger.db``."""
 
@@ -284,10 +288,23 @@ HEALTH = Query(
     description=(
         "Each account's health: ok, failing (with its failure class and HTTP status), cooling "
         "until its cooldown ends, or blocked until 'llm accounts unblock'. An account with no "
-        "health row has never failed."
+        "health row has never failed. Failing hosts: the machines that cannot reach the provider "
+        "with this account (transport failures count per machine; '(cooling)' while that "
+        "machine's cooldown runs); the account stays open to every other machine."
     ),
     params=("account",),
-    sql="""select
+    sql="""with hosts as (
+  select provider, account, group_concat(label, ', ') as failing_hosts
+  from (
+    select provider, account,
+      host || case when julianday(cooldown_until) > julianday('now') then ' (cooling)' else '' end as label
+    from host_health
+    where state = 'failing'
+    order by provider, account, host
+  )
+  group by provider, account
+)
+select
   account.name as account,
   case
     when account.block_reason is not null then 'blocked'
@@ -303,9 +320,11 @@ HEALTH = Query(
   health.last_success_at,
   health.cooldown_until,
   health.probe_attempt_id,
+  hosts.failing_hosts,
   account.removed_at
 from account
 left join health on health.provider = account.provider and health.account = account.name
+left join hosts on hosts.provider = account.provider and hosts.account = account.name
 where (:account = '' or account.name = :account)
 order by account.rank, account.name""",
 )

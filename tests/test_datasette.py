@@ -446,6 +446,33 @@ async def test_health_shows_ok_cooling_and_blocked_accounts(ds):
     ]
 
 
+@pytest.mark.asyncio
+async def test_health_lists_the_machines_an_account_is_failing_from(ledger):
+    wall, iso = clock.now(), clock.isoformat
+    db = sqlite_utils.Database(ledger)
+    db["host_health"].insert_all(
+        [
+            dict(provider="anthropic", account="beta", host="build-02", state="failing", failure_class="transport",
+                 since=iso(wall - HOUR), last_failure_at=iso(wall - HOUR), cooldown_until=iso(wall + HOUR),
+                 transport_failures=3),
+            dict(provider="anthropic", account="beta", host="build-01", state="failing", failure_class="transport",
+                 since=iso(wall - 3 * HOUR), last_failure_at=iso(wall - 3 * HOUR),
+                 cooldown_until=iso(wall - 2 * HOUR), transport_failures=1),
+            dict(provider="anthropic", account="alpha", host="build-03", state="ok", last_success_at=iso(wall),
+                 transport_failures=0),
+        ]
+    )
+    db.close()
+    result = await rows(Datasette([str(ledger)]), "health")
+    assert [money(row, "account", "status", "failing_hosts") for row in result] == [
+        ("alpha", "ok", None),
+        ("beta", "ok", "build-01, build-02 (cooling)"),
+        ("gamma", "cooling", None),
+        ("delta", "blocked", None),
+        ("omega", "ok", None),
+    ]
+
+
 # Which databases get the queries
 
 
@@ -821,9 +848,10 @@ async def test_spend_today_counts_a_day_from_the_day_totals(ledger):
 
 
 @pytest.mark.asyncio
-async def test_a_ledger_without_the_totals_gets_no_queries_and_the_dashboard_says_why(ledger, at_now):
+@pytest.mark.parametrize("gained", ["month_outcome", "host_health"])
+async def test_a_ledger_without_a_table_gained_on_open_gets_no_queries_and_the_dashboard_says_why(ledger, at_now, gained):
     conn = sqlite3.connect(ledger)
-    conn.execute("DROP TABLE month_outcome")
+    conn.execute(f"DROP TABLE {gained}")
     conn.commit()
     conn.close()
     ds = Datasette([str(ledger)])
