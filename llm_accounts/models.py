@@ -23,7 +23,7 @@ from .errors import AccountsError
 from .events import StreamReader, message_events
 from .ledger import run_async, settle_async
 from .options import RoutedOptions, check_prompt, not_utf8, options_for
-from .retries import DEFAULT_RETRIES, parse_retry_after
+from .retries import DEFAULT_RETRIES, parse_retry_after, parse_should_retry
 from .wire import message_problem, usage_problem
 
 ROUTED_ID = "claude-routed"
@@ -109,7 +109,7 @@ class _Shared:
         if not declaration.routed:
             from .routing import UnroutedCall
 
-            return UnroutedCall(key), request
+            return UnroutedCall(key, DEFAULT_RETRIES if prompt.options.retries is None else prompt.options.retries), request
         from .ledger import Ledger
         from .routing import RoutedCall, scope_for
 
@@ -477,7 +477,8 @@ class RoutedClaude(_Shared, llm.KeyModel):
                         # Interrupted otherwise: the status alone still counts (a 401 blocks).
                         call.refused(attempt, status, classify.UNREADABLE)
                         raise
-                    decided = call.refused(attempt, status, info, parse_retry_after(resp.headers.get("retry-after")))
+                    decided = call.refused(attempt, status, info, parse_retry_after(resp.headers.get("retry-after")),
+                                           parse_should_retry(resp.headers.get("x-should-retry")))
                 end.decide(decided)
                 return
             request_id = resp.headers.get("request-id")
@@ -628,6 +629,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
             status = resp.status_code
             if status != 200:
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
+                should_retry = parse_should_retry(resp.headers.get("x-should-retry"))
                 reading = asyncio.ensure_future(transport.aread_refusal(resp))
                 try:
                     info = await asyncio.shield(reading)
@@ -635,9 +637,9 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     # The body is still read (within its bound) and recorded, then the
                     # cancellation goes on; a body cut short leaves the status (a 401 blocks).
                     info = await _outcome_of(reading) or classify.UNREADABLE
-                    await _shielded(call.refused, attempt, status, info, retry_after)
+                    await _shielded(call.refused, attempt, status, info, retry_after, should_retry)
                     raise
-                end.decide(await _shielded(call.refused, attempt, status, info, retry_after))
+                end.decide(await _shielded(call.refused, attempt, status, info, retry_after, should_retry))
                 return
             request_id = resp.headers.get("request-id")
             if stream:

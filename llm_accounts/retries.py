@@ -1,9 +1,10 @@
 """Retries on the same account, and short cooldowns waited out (docs/architecture.md "Retries").
 
 Pure bookkeeping: how long to wait before the next try, or ``None`` when the call should give
-up. What may be retried at all is decided by ``routing``: only a refusal that proves nothing was
-billed (a documented 429 or 529, a connection that never sent the request), never an answer
-whose outcome is unknown, and never once output has started.
+up, and what the provider's headers say about trying again. What may be retried at all is decided
+by ``routing``: a refusal that proves nothing was billed (a documented 429 or 529, a connection
+that never sent the request) and, as the SDK does, a 500, 502, 503 or 504 before any output;
+never an answer the provider marked ``x-should-retry: false``, and never once output has started.
 """
 
 import dataclasses
@@ -66,3 +67,25 @@ def parse_retry_after(value):
         seconds = int(value)
         return seconds if seconds <= 600 else None
     return None
+
+
+def parse_should_retry(value):
+    """The ``x-should-retry`` header: True or False where the provider said so, else None.
+    Provider text, so only the two words are read."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "false"):
+            return word == "true"
+    return None
+
+
+#: What Anthropic's SDK tries again without an ``x-should-retry`` header (docs/architecture.md
+#: "Retries", the unrouted path): request timeout, conflict, rate limit, and every 5xx.
+SDK_RETRIED_STATUSES = (408, 409, 429)
+
+
+def sdk_retries(status, should_retry):
+    """Whether the SDK would send this answer's request again: the provider's header first."""
+    if should_retry is not None:
+        return should_retry
+    return status in SDK_RETRIED_STATUSES or status >= 500

@@ -20,7 +20,7 @@ import time
 import uuid
 
 from . import catalog, classify, clock, keys, notices, price_book, pricing, provider_pass, room, selection, thresholds, tool_bounds, transport
-from .retries import DEFAULT_RETRIES, Retries
+from .retries import DEFAULT_RETRIES, Retries, sdk_retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import INT64_MAX
@@ -294,12 +294,14 @@ class RoutedCall:
 
     # Outcomes ----------------------------------------------------------------------------------
 
-    def refused(self, attempt, status, info, retry_after_s=None):
+    def refused(self, attempt, status, info, retry_after_s=None, should_retry=None):
         """A non-200 answer, already reduced to closed-set ``info`` (``transport.read_refusal``).
 
         Returns None to try again (the next account, or the same one after ``take_wait()``),
         else the routed error for the caller to raise (raised by the caller, outside every frame
-        that held the key or the response).
+        that held the key or the response). ``should_retry`` False (the provider's
+        ``x-should-retry: false``) rules out sending it again on the same account; moving a new
+        conversation on to another account is not a retry of this one.
         """
         outcome = classify.outcome_for_status(status)
         failure = classify.failure_class(status, info)
@@ -338,14 +340,14 @@ class RoutedCall:
         )
         moving = status in MOVE_ON_STATUSES and documented
         # A spending cap proves nothing was billed too, but retrying the same account cannot help.
-        retriable = moving and failure in RETRIED_CLASSES
+        retriable = moving and failure in RETRIED_CLASSES and should_retry is not False
         if moving and self._may_move_on():
             self.failures.append((attempt.account, f"HTTP {status}", error))
             self.last_retriable = (attempt.account, retry_after_s) if retriable else None
             return None
         if retriable and self._retry(attempt.account, retry_after_s):
             return None
-        if status in RETRIED_SERVER_ERRORS and self._retry(attempt.account, retry_after_s):
+        if status in RETRIED_SERVER_ERRORS and should_retry is not False and self._retry(attempt.account, retry_after_s):
             self.retried_error = error
             return None
         return self._noted(error)
@@ -467,31 +469,49 @@ class RoutedCall:
 
 
 class UnroutedCall:
-    """No accounts declared: send with llm's single Anthropic key, touching no ledger."""
+    """No accounts declared: send with llm's single Anthropic key, touching no ledger, and try
+    again where llm-anthropic's SDK would (docs/architecture.md "Retries": the provider's
+    ``x-should-retry`` first, else 408, 409, 429, every 5xx and a failed connection), within
+    the same ``-o retries`` and wait bound as a routed prompt."""
 
-    def __init__(self, key):
+    def __init__(self, key, retries=DEFAULT_RETRIES):
         self.key = keys.Secret(key)
+        self.retries = Retries(left=retries)
+        self.pending_wait = None
 
     def begin(self):
         return Attempt(reservation=None, secret=self.key)
 
     def take_wait(self):
-        return None
+        wait, self.pending_wait = self.pending_wait, None
+        return wait
 
     def revision_knows(self, model_id):
         return price_book.current().model(model_id) is not None
 
-    def refused(self, attempt, status, info, retry_after_s=None):
+    def _retry(self, retry_after_s):
+        self.pending_wait = self.retries.backoff(retry_after_s)
+        return self.pending_wait is not None
+
+    def _spent(self):
+        used = self.retries.used
+        return f"; after {used} {'retry' if used == 1 else 'retries'} (-o retries)" if used else ""
+
+    def refused(self, attempt, status, info, retry_after_s=None, should_retry=None):
+        if sdk_retries(status, should_retry) and self._retry(retry_after_s):
+            return None
         return AccountsError(
             classify.error_code_for(classify.outcome_for_status(status)),
-            f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared)",
+            f"Anthropic answered HTTP {status} {info.provider_error_type} (unrouted: no accounts declared){self._spent()}",
             http_status=status,
         )
 
     def transport_failed(self, attempt, failure):
+        if self._retry(None):
+            return None
         return AccountsError(
             "transport_error",
-            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared)",
+            f"Anthropic could not be reached {transport.where()} ({failure.kind}) (unrouted: no accounts declared){self._spent()}",
         )
 
     def completed(self, attempt, message, request_id=None):

@@ -14,6 +14,7 @@ BEHAVIOURS = (
     "spend_limit",
     "overloaded",
     "api_error",
+    "api_error_final",
     "bad_gateway",
     "unavailable",
     "gateway_timeout",

@@ -19,6 +19,7 @@ ERROR_STATUS = {
     "spend_limit": (429, "rate_limit_error"),
     "overloaded": (529, "overloaded_error"),
     "api_error": (500, "api_error"),
+    "api_error_final": (500, "api_error"),
     "bad_gateway": (502, "api_error"),
     "unavailable": (503, "api_error"),
     "gateway_timeout": (504, "timeout_error"),
@@ -73,7 +74,7 @@ def behaviour_error(behaviour, *, organization, now):
         details = {"error_code": "enforced_spend_limit_reached"}
     elif behaviour == "overloaded":
         message = "Overloaded"
-    elif behaviour == "api_error":
+    elif behaviour in ("api_error", "api_error_final"):
         message = "Internal server error"
     elif behaviour == "bad_gateway":
         message = "Bad gateway"
