@@ -8,14 +8,12 @@ not even a new conversation, and nothing is retried once output has started.
 
 import asyncio
 import datetime as dt
-import types
 
 import llm
 import pytest
 
-from llm_accounts import clock, models
 from llm_accounts.ledger import Ledger
-from routed_helpers import attempts, llm_cli
+from routed_helpers import attempts, llm_cli, prompt_text, recorded_waits
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
@@ -27,15 +25,7 @@ FIVE_XX = {"api_error": 500, "bad_gateway": 502, "unavailable": 503, "gateway_ti
 def waits(monkeypatch):
     """The ledger's clock, moved on by each wait the sync loop makes instead of sleeping; the
     waits are recorded, in seconds."""
-    now, slept = [NOW], []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        now[0] += dt.timedelta(seconds=seconds)
-
-    monkeypatch.setattr(clock, "now", lambda: now[0])
-    monkeypatch.setattr(models, "time", types.SimpleNamespace(sleep=sleep))
-    return slept
+    return recorded_waits(monkeypatch, NOW)
 
 
 def fail_first_on_both(standin, *script):
@@ -136,15 +126,7 @@ def test_a_retry_the_budget_cannot_hold_refuses_with_the_5xx(accounts, ledger_pa
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_sync_and_async_streamed_and_whole_prompts_retry_a_5xx(accounts, ledger_path, kind, stream):
     fail_first_on_both(accounts, "api_error")
-    if kind == "sync":
-        text = llm.get_model(MODEL).prompt("hello", stream=stream).text()
-    else:
-
-        async def run():
-            return await llm.get_async_model(MODEL).prompt("hello", stream=stream).text()
-
-        text = asyncio.run(run())
-    assert text
+    assert prompt_text(MODEL, kind, stream)
     assert [(row["outcome"], row["state"]) for row in attempts(ledger_path)] == [
         ("provider_error", "open"),
         ("complete", "settled"),

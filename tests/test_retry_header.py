@@ -6,15 +6,12 @@ unrouted prompt (no accounts declared, no ledger) is retried where llm-anthropic
 retry it. Every wait is recorded instead of slept, on a clock the test controls.
 """
 
-import asyncio
 import datetime as dt
-import types
 
-import llm
 import pytest
 
-from llm_accounts import clock, models, retries
-from routed_helpers import attempts, llm_cli
+from llm_accounts import retries
+from routed_helpers import attempts, llm_cli, prompt_text, recorded_waits
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
@@ -24,15 +21,7 @@ NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # mid credit per
 @pytest.fixture
 def waits(monkeypatch):
     """Each wait the sync loop makes, in seconds, moving the clock on instead of sleeping."""
-    now, slept = [NOW], []
-
-    def sleep(seconds):
-        slept.append(seconds)
-        now[0] += dt.timedelta(seconds=seconds)
-
-    monkeypatch.setattr(clock, "now", lambda: now[0])
-    monkeypatch.setattr(models, "time", types.SimpleNamespace(sleep=sleep))
-    return slept
+    return recorded_waits(monkeypatch, NOW)
 
 
 @pytest.fixture
@@ -133,15 +122,7 @@ def test_an_unrouted_prompt_with_retries_off_is_sent_once(unrouted, waits):
 @pytest.mark.parametrize("kind", ["sync", "async"])
 def test_sync_and_async_unrouted_prompts_retry_a_5xx(unrouted, kind, stream):
     unrouted.set_behaviour("a", "ok", script=["api_error"], retry_after=0)
-    if kind == "sync":
-        text = llm.get_model(MODEL).prompt("hello", stream=stream).text()
-    else:
-
-        async def run():
-            return await llm.get_async_model(MODEL).prompt("hello", stream=stream).text()
-
-        text = asyncio.run(run())
-    assert text
+    assert prompt_text(MODEL, kind, stream)
     assert [request["status"] for request in unrouted.requests] == [500, 200]
 
 
