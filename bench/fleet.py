@@ -699,6 +699,40 @@ def stop_postgres(pg):
     pg["server"].stop()
 
 
+def parse_cpus(text, option):
+    """A CPU list as Linux writes one ("0-3,6"), checked against the CPUs this process may use."""
+    cpus = set()
+    try:
+        for part in text.split(","):
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise SystemExit(f"{option}: a CPU list such as 0-3,6") from None
+    if not cpus or not cpus <= os.sched_getaffinity(0):
+        raise SystemExit(f"{option}: CPUs this machine has and this process may use: {sorted(os.sched_getaffinity(0))}")
+    return cpus
+
+
+def pin_server(server, cpus):
+    """The PostgreSQL server's processes on ``cpus``: the postmaster (every backend it forks later
+    inherits it) and the processes it already runs."""
+    postmaster = int((server.data / "postmaster.pid").read_text().split()[0])
+    pids = [postmaster]
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+                pids.append(int(entry))
+    for pid in pids:
+        try:
+            os.sched_setaffinity(pid, cpus)
+        except ProcessLookupError:
+            pass
+
+
 def free_port():
     with socket.socket() as s:
         s.bind((NS_HOST, 0))
@@ -721,7 +755,14 @@ def main():
     parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="an extra PostgreSQL server setting, e.g. deadlock_timeout=10s (repeatable)")
     parser.add_argument("--dir", help="directory for the SQLite files (default: a new temporary directory)")
+    parser.add_argument("--server-cpus", metavar="LIST",
+                        help="run the PostgreSQL server on these CPUs only (e.g. 0-7): with --client-cpus, measures "
+                             "the ratios on a machine whose clients do not share the server's cores")
+    parser.add_argument("--client-cpus", metavar="LIST",
+                        help="run the bench's clients (workers, relay, the sequential breakdown) on these CPUs only")
     args = parser.parse_args()
+    server_cpus = args.server_cpus and parse_cpus(args.server_cpus, "--server-cpus")
+    client_cpus = args.client_cpus and parse_cpus(args.client_cpus, "--client-cpus")
     quick = args.quick
     args.rounds = args.rounds or (2 if quick else 3)
     args.seconds = args.seconds or (1.5 if quick else 3.0)
@@ -750,8 +791,17 @@ def main():
             pg = start_postgres(network, rtts, args.pg_setting)
             if extra := ", ".join(args.pg_setting):
                 print(f"PostgreSQL settings added: {extra}")
-            if args.breakdown:
-                breakdown(pg, args.breakdown)
+            if server_cpus:
+                pin_server(pg["server"], server_cpus)
+                print(f"PostgreSQL server on CPUs {args.server_cpus}")
+        if client_cpus:
+            # This process and the relay; the pools' workers start later and inherit it.
+            os.sched_setaffinity(0, client_cpus)
+            if pg is not None and pg["relay"] is not None:
+                os.sched_setaffinity(pg["relay"].pid, client_cpus)
+            print(f"clients on CPUs {args.client_cpus}")
+        if pg is not None and args.breakdown:
+            breakdown(pg, args.breakdown)
         pools = (set(args.processes) if pg is not None else set()) | (set(sqlite_ns) if "sqlite" in backends else set())
         for n in sorted(pools):
             started = time.time()
