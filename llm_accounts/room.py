@@ -74,7 +74,9 @@ class Wait:
         left = self.bound_s - self.waited(now)
         if left <= 0:
             return None
-        delay = min(POLL_CAP_S, POLL_BASE_S * 2**self.polls) * (1 + JITTER * rand())
+        # The exponent stops growing once the cap is reached: 2 ** 1024 is no float, and a wait
+        # of 600 s at the cap polls over two thousand times.
+        delay = min(POLL_CAP_S, POLL_BASE_S * 2 ** min(self.polls, 16)) * (1 + JITTER * rand())
         self.polls += 1
         return min(delay, left)
 

@@ -45,6 +45,17 @@ def test_jitter_adds_at_most_a_quarter():
     assert delay == pytest.approx(room.POLL_CAP_S * 1.25)
 
 
+def test_a_wait_of_the_longest_bound_polls_at_the_cap_to_its_end():
+    # Over a thousand polls at the cap: the backoff's exponent once grew past what a float holds,
+    # and a prompt waiting longer than about four minutes failed ("int too large to convert to float").
+    wait, now, delays = room.Wait(room.MAX_WAIT_S), 0.0, []
+    while (delay := wait.next_delay(now, rand=lambda: 0.0)) is not None:
+        delays.append(delay)
+        now += delay
+    assert len(delays) > 1024
+    assert max(delays) == room.POLL_CAP_S and now == pytest.approx(room.MAX_WAIT_S)
+
+
 def test_a_poll_never_sleeps_past_the_bound():
     wait = room.Wait(1.0)
     wait.next_delay(100.0)
