@@ -142,6 +142,13 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
         return result
     now = now or clock.now()
     revision = pricing.current_revision()
+    # An attempt whose process is gone gets its outcome recorded (cancelled), so the report may
+    # settle it instead of keeping it as in flight (docs/architecture.md "A process that is gone").
+    try:
+        ledger.abandoned()
+    except AccountsError as error:
+        result.error = error
+        return result
     open_rows = [
         row for row in ledger.open_attempts(account=account.name)
         if since is None or dt.datetime.fromisoformat(row["created_at"]) >= since

@@ -57,7 +57,7 @@ FINAL_AFTER = dt.timedelta(minutes=10)
 UNBILLED = frozenset({"not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected"})
 
 REASONS = {
-    "in_flight": "no outcome is recorded: it may still be running (or its process was killed: settle it with llm accounts reconcile)",
+    "in_flight": "no outcome is recorded: it may still be running (or its process, on another machine, was killed: settle it with llm accounts reconcile)",
     "not_final": "its minutes ended less than {final} ago; the report may still change",
     "not_covered": "the report read does not cover all of its minutes",
     "ambiguous": "{open} open attempts share its minutes on this key and model",

@@ -33,6 +33,7 @@ RETRIED_CLASSES = ("rate_limited", "provider_outage")  # a 429 or 529 that a wai
 # keeping its ceiling (docs/architecture.md "Retries").
 RETRIED_SERVER_ERRORS = (500, 502, 503, 504)
 SMALL_WINDOW_MODEL = "claude-haiku-4-5"  # suggested when a window's ceiling outgrows a budget
+GONE_EVERY_S = 5.0  # how often a waiting prompt looks for attempts whose process is gone
 
 
 @dataclasses.dataclass
@@ -91,6 +92,7 @@ class RoutedCall:
         # Waiting for room: the prompt's place among waiters (docs/architecture.md "Waiting for room").
         self.room = room.Wait(wait)
         self.waiter = str(uuid.uuid4()) if wait > 0 else None
+        self.gone_checked = None  # when attempts of processes that are gone were last looked for
         self.notice = notice or _to_stderr
 
     # Reservation -------------------------------------------------------------------------------
@@ -123,6 +125,8 @@ class RoutedCall:
         except AccountsError as error:
             refusal = error
         if refusal is not None:
+            if refusal.held and self._gone_recorded():
+                return None
             if self._wait_out(refusal):
                 return None
             if refusal.held:
@@ -172,6 +176,27 @@ class RoutedCall:
             account, retry_after = self.last_retriable
             return self._retry(account, retry_after)
         return False
+
+    def _gone_recorded(self):
+        """Before waiting for ceilings in flight: an attempt of this host whose process is gone
+        will never settle by itself, so it is recorded as cancelled (it stays open, no longer in
+        flight) and the reservation is tried again at once. Looked for at most every
+        ``GONE_EVERY_S`` (docs/architecture.md "A process that is gone")."""
+        now = time.monotonic()
+        if self.gone_checked is not None and now - self.gone_checked < GONE_EVERY_S:
+            return False
+        self.gone_checked = now
+        try:
+            recorded = self.ledger.abandoned()
+        except AccountsError:
+            return False  # the ledger is busy: wait as before, and look again later
+        for attempt_id, name, ceiling in recorded:
+            automatic = notices.settles_automatically(next((a for a in self.declaration.accounts if a.name == name), None))
+            notices.say(notices.held_open(attempt_id, name, ceiling, "cancelled: the process that sent it is gone",
+                                          automatic=automatic))
+        if recorded:
+            self.pending_wait = 0
+        return bool(recorded)
 
     def _wait_for_room(self, refusal):
         """Only ceilings in flight stand in the way: wait and reserve again, up to the bound. The

@@ -497,6 +497,11 @@ COLUMNS = [
     # The machine that admitted the attempt (``host_health``; NULL before this column): a
     # transport failure is recorded for it, and its in-flight probe holds that host's slot.
     ("attempt", "host", "TEXT"),
+    # The process that reserved the attempt (llm_accounts.liveness; NULL before these columns or
+    # where /proc cannot be read): while it runs, an attempt without an outcome is in flight; once
+    # it is gone, a process on the same host records the outcome as cancelled.
+    ("attempt", "pid", "INTEGER"),
+    ("attempt", "pid_started", "TEXT"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.

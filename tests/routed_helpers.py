@@ -2,7 +2,10 @@
 recorded instead of slept."""
 
 import datetime as dt
+import signal
 import sqlite3
+import subprocess
+import sys
 import types
 
 from click.testing import CliRunner
@@ -55,3 +58,37 @@ def prompt_text(model_id, kind, stream, text="hello"):
         return await llm.get_async_model(model_id).prompt(text, stream=stream).text()
 
     return asyncio.run(run())
+
+
+RESERVE_THEN_HANG = """
+import datetime as dt, sys, time
+from llm_accounts.declarations import Account
+from llm_accounts.ledger import Ledger, Scope
+from llm_accounts.pricing import Quote
+location, host, now, attempt_id, ceiling, budget = sys.argv[1:]
+ledger = Ledger(location, host=host)
+ledger.reserve(Scope("conversation", attempt_id), attempt_id, Quote("claude-haiku-4-5", int(ceiling), "r", "ab" * 32),
+               [Account("alpha", "ALPHA_KEY", int(budget))], now=dt.datetime.fromisoformat(now))
+print("reserved", flush=True)
+time.sleep(120)
+"""
+
+
+def killed_after_reserving(now, location, attempt_id, ceiling, budget, host=None):
+    """A real process reserves ``attempt_id`` on account alpha (``ALPHA_KEY``, ``budget``) at
+    instant ``now``, then is killed with SIGKILL before it records any outcome, as an OOM kill or
+    a closed terminal would leave it; returns its pid."""
+    from llm_accounts.ledger import core
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", RESERVE_THEN_HANG, str(location), host or core.this_host(), now.isoformat(),
+         attempt_id, str(ceiling), str(budget)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "reserved", child.stderr.read()
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait(30)
+    return child.pid

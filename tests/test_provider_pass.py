@@ -20,7 +20,7 @@ from llm_accounts.money import NANO
 from llm_accounts.pricing import current_revision, settlement_cost
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
-from routed_helpers import llm_cli
+from routed_helpers import killed_after_reserving, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"
@@ -351,3 +351,17 @@ def test_the_automatic_pass_looks_back_a_day_and_the_command_reads_every_open_at
     assert rows(ledger_path)[0]["state"] == "open"
     assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
     assert rows(ledger_path)[0]["state"] == "settled"
+
+
+def test_an_attempt_whose_process_was_killed_is_no_longer_kept_as_in_flight(org, ledger_path, fake_clock):
+    # Before: its outcome never recorded, the pass kept it in flight for ever (docs/architecture.md
+    # "A process that is gone").
+    killed_after_reserving(START, ledger_path, "lost-1", NANO, 50 * NANO)
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+    assert result.exit_code == 0, result.output
+    [row] = rows(ledger_path)
+    assert row["outcome"] == "cancelled"
+    [alpha, _] = json.loads(result.output)
+    assert "in_flight" not in [kept["reason"] for kept in alpha["kept_open"]]
+    assert row["state"] == "settled" or alpha["kept_open"]

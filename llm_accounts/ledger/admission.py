@@ -15,7 +15,7 @@ import dataclasses
 import datetime as dt
 import time
 
-from .. import clock, selection
+from .. import clock, liveness, selection
 from .. import ledger as package  # the tunables tests and benches set (package.WARM_AFFINITY)
 from ..errors import AccountsError
 from ..records import Reservation, client_cap, client_token_cap
@@ -139,6 +139,7 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
         ts=clock.isoformat(now), now=now, host=host, client=client, llm_response_id=llm_response_id,
         ahead_nusd=ahead[0], bound=bound, moving=moving, old_binding=old_binding,
         waiter=waiter if own is not None else None, stamp=recheck.EMPTY_STAMP if f.stamp is None else f.stamp,
+        process=liveness.this_process(),
     )
 
 

@@ -19,6 +19,7 @@ from ..records import (
     BLOCK_REASONS,
     CLIENT_RE,
     NAME_RE,
+    Unknown,
     account_ref,
     check_evidence,
     check_id,
@@ -172,6 +173,22 @@ class Ledger:
 
             return self._run("settle", replay.settle, self, *args, transaction=False)
         return self._run("settle", settlement.settle, *args)
+
+    def abandoned(self, *, provider="anthropic", now=None):
+        """Record as ``cancelled`` every attempt in flight on this host whose process is gone
+        (docs/architecture.md "A process that is gone"): nothing will ever record its outcome, so
+        it is no longer waited for, and the provider pass may settle it. Each stays open with its
+        ceiling, as an interrupted prompt's does. Returns ``[(attempt id, account, ceiling)]``."""
+        from .. import liveness
+
+        sql = ("SELECT id, account, ceiling_nusd, pid, pid_started FROM attempt WHERE state = 'open' "
+               "AND outcome IS NULL AND provider = ? AND host = ? AND pid IS NOT NULL")
+        recorded = []
+        for row in self._run("abandoned", reports.rows, sql, (provider, self.host), write=False):
+            if liveness.gone(row["pid"], row["pid_started"]):
+                if self.settle(row["id"], Unknown("cancelled"), now=now) == "still_open":
+                    recorded.append((row["id"], row["account"], row["ceiling_nusd"]))
+        return recorded
 
     # -- corrections (corrections.py) -----------------------------------------------------------
 

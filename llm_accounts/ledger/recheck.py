@@ -112,6 +112,7 @@ class Plan:
     old_binding: object = None  # the binding row it moves from, as read
     waiter: str | None = None  # a waiter row of this caller to delete with the admission
     stamp: str = ""
+    process: tuple = (None, None)  # (pid, start token) of the reserving process (llm_accounts.liveness)
 
 
 def limit_sql(account, client, quote, ahead_nusd, params):
@@ -183,12 +184,13 @@ def insert_sql(plan, params):
         price_revision=quote.price_revision, model=quote.requested_model, digest=quote.request_digest,
         client=plan.client, llm_response_id=plan.llm_response_id, ts=plan.ts,
         ceiling_tokens=getattr(quote, "ceiling_tokens", None), host=plan.host,
+        pid=plan.process[0], pid_started=plan.process[1],
     )
     return f"""INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
            price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
-           ceiling_tokens, host)
+           ceiling_tokens, host, pid, pid_started)
         SELECT :id, :scope_kind, :scope_id, :provider, :account, :month, :day, :ceiling, :price_revision, :model,
-           :digest, :client, :llm_response_id, 'open', :ts, :ceiling_tokens, :host
+           :digest, :client, :llm_response_id, 'open', :ts, :ceiling_tokens, :host, :pid, :pid_started
         FROM month m JOIN account a ON a.provider = m.provider AND a.name = m.name
         LEFT JOIN health h ON h.provider = m.provider AND h.account = m.name
         LEFT JOIN host_health hh ON hh.provider = m.provider AND hh.account = m.name AND hh.host = :host
