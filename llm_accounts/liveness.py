@@ -2,8 +2,10 @@
 room", "A process that is gone").
 
 An attempt records the process that reserved it: its pid and a token of that process's start (the
-machine's boot id and the process's start time in clock ticks, from ``/proc``), so a pid the
-system has since given to another process is not mistaken for it. An attempt with no outcome is
+machine's boot id, its pid namespace, and the process's start time in clock ticks, from
+``/proc``), so a pid the system has since given to another process is not mistaken for it, and a
+process in another pid namespace (a container sharing the host's name) is never judged by a pid
+that means another process here. An attempt with no outcome is
 in flight while that process runs; once the process is gone (killed, crashed, its machine
 restarted) nothing will ever record the outcome, and another process on the same machine records
 it as ``cancelled``: unknown, its ceiling still held, no longer waited for.
@@ -38,6 +40,13 @@ def _started(pid):
     return fields[19], fields[0]
 
 
+def _pid_namespace():
+    try:
+        return os.readlink(f"{PROC}/self/ns/pid").replace(":", "")
+    except OSError:
+        return None
+
+
 _this = {}
 
 
@@ -45,24 +54,28 @@ def this_process():
     """``(pid, token)`` of this process; the token is None where ``/proc`` cannot be read."""
     pid = os.getpid()
     if pid not in _this:  # a forked child is another process
-        boot, started = _boot_id(), _started(pid)
+        boot, namespace, started = _boot_id(), _pid_namespace(), _started(pid)
         _this.clear()
-        _this[pid] = f"{boot}:{started[0]}" if boot and started else None
+        _this[pid] = f"{boot}:{namespace}:{started[0]}" if boot and namespace and started else None
     return pid, _this[pid]
 
 
 def gone(pid, token):
     """True only when the process ``(pid, token)`` recorded is certainly not running: the machine
-    has booted since, or no process has that pid, or the one that has it started at another time,
-    or it has exited and waits to be reaped. False when it runs, or when that cannot be known."""
-    if not isinstance(pid, int) or pid <= 0 or not token or ":" not in token:
+    has booted since, or, in this pid namespace, no process has that pid, or the one that has it
+    started at another time, or it has exited and waits to be reaped. False when it runs, or when
+    that cannot be known (another pid namespace, no ``/proc``)."""
+    parts = token.split(":") if isinstance(token, str) else ()
+    if not isinstance(pid, int) or pid <= 0 or len(parts) != 3:
         return False
-    boot, _, started = token.partition(":")
+    boot, namespace, started = parts
     current_boot = _boot_id()
     if current_boot is None:
         return False
     if boot != current_boot:
         return True
+    if namespace != _pid_namespace():
+        return False
     now = _started(pid)
     if now is None:
         # No /proc entry to read: gone only if the kernel says there is no such process (another

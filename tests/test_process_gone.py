@@ -49,16 +49,27 @@ def test_a_process_that_exited_is_gone():
 
 def test_a_pid_running_another_process_than_the_one_recorded_is_gone():
     pid, token = liveness.this_process()
-    boot, _, started = token.partition(":")
-    assert liveness.gone(pid, f"{boot}:{int(started) + 1}")
+    boot, namespace, started = token.split(":")
+    assert liveness.gone(pid, f"{boot}:{namespace}:{int(started) + 1}")
 
 
 def test_a_process_of_an_earlier_boot_is_gone():
-    pid, _ = liveness.this_process()
-    assert liveness.gone(pid, "00000000-0000-0000-0000-000000000000:1")
+    pid, token = liveness.this_process()
+    _, namespace, started = token.split(":")
+    assert liveness.gone(pid, f"00000000-0000-0000-0000-000000000000:{namespace}:{started}")
 
 
-@pytest.mark.parametrize("pid, token", [(None, None), (1, None), (1, ""), (1, "no-colon"), (0, "a:1"), (-1, "a:1")])
+def test_a_process_of_another_pid_namespace_is_never_said_to_be_gone():
+    # A container sharing the host's name: its pid means another process, or none, here.
+    _, token = liveness.this_process()
+    boot, namespace, started = token.split(":")
+    no_such_pid = 4_194_305  # past PID_MAX_LIMIT (2 ** 22), the most pids any Linux allows
+    assert liveness.gone(no_such_pid, f"{boot}:{namespace}:{started}")
+    assert not liveness.gone(no_such_pid, f"{boot}:pid[1]:{started}")
+
+
+@pytest.mark.parametrize("pid, token", [(None, None), (1, None), (1, ""), (1, "no-colon"), (1, "a:1"), (0, "a:b:1"),
+                                        (-1, "a:b:1")])
 def test_without_a_usable_record_a_process_is_never_said_to_be_gone(pid, token):
     assert not liveness.gone(pid, token)
 
