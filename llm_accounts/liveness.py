@@ -5,13 +5,13 @@ An attempt records the process that reserved it: its pid and a token of that pro
 machine's boot id, its pid namespace, and the process's start time in clock ticks, from
 ``/proc``), so a pid the system has since given to another process is not mistaken for it, and a
 process in another pid namespace (a container sharing the host's name) is never judged by a pid
-that means another process here. An attempt with no outcome is
-in flight while that process runs; once the process is gone (killed, crashed, its machine
-restarted) nothing will ever record the outcome, and another process on the same machine records
-it as ``cancelled``: unknown, its ceiling still held, no longer waited for.
+that means another process here. An attempt with no outcome is in flight while that process
+runs; once the process is gone (killed, crashed, its machine restarted) nothing will ever record
+the outcome, and another process on the same machine records it as ``cancelled``: unknown, its
+ceiling still held, no longer waited for.
 
 Only Linux's ``/proc`` is read. Where it is missing the token is None, and a process is never
-said to be gone: the attempt stays in flight, as it did before processes were recorded.
+said to be gone: the attempt stays in flight, as attempts did before processes were recorded.
 """
 
 import os
