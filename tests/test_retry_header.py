@@ -77,6 +77,26 @@ def test_a_bound_conversation_does_not_retry_a_5xx_marked_x_should_retry_false(a
     assert [(row["account"], row["outcome"]) for row in attempts(ledger_path)[1:]] == [(first["account"], "provider_error")]
 
 
+def test_a_bound_conversation_does_not_retry_a_529_marked_x_should_retry_false(accounts, ledger_path, waits):
+    assert llm_cli("-m", MODEL, "first turn").exit_code == 0
+    [first] = attempts(ledger_path)
+    accounts.set_behaviour(first["account"], "ok", script=["overloaded_final"])
+    assert llm_cli("-c", "second turn").exit_code == 1
+    assert [(row["account"], row["outcome"]) for row in attempts(ledger_path)[1:]] == [(first["account"], "overloaded")]
+    assert waits == []
+
+
+def test_a_new_conversation_still_moves_on_from_a_529_marked_x_should_retry_false_but_never_goes_back(
+    accounts, ledger_path, waits
+):
+    for name in ("alpha", "beta"):
+        accounts.set_behaviour(name, "ok", script=["overloaded_final"])
+    assert llm_cli("-m", MODEL, "hello").exit_code == 1
+    tried = [row["account"] for row in attempts(ledger_path)]
+    assert sorted(tried) == ["alpha", "beta"]  # moved on once; without the header it retries where it last failed
+    assert [request["status"] for request in accounts.requests] == [529, 529] and waits == []
+
+
 # Unrouted: as llm-anthropic's SDK retries
 
 

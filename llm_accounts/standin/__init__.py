@@ -20,7 +20,8 @@ answers besides its own table: one no shipped price knows, for a user's price re
 
 Behaviours (``BEHAVIOURS``): ok; rate_limited (429, retry-after, x-should-retry, rate-limit
 headers); spend_limit (429, ``enforced_spend_limit_reached``, no retry-after); overloaded (529);
-api_error (500); api_error_final (500 with ``x-should-retry: false``); bad_gateway (502); unavailable (503, retry-after); gateway_timeout (504,
+overloaded_final (529 with ``x-should-retry: false``); api_error (500); api_error_final (500 with
+``x-should-retry: false``); bad_gateway (502); unavailable (503, retry-after); gateway_timeout (504,
 ``timeout_error``); unauthorized (401); forbidden (403); credit_balance_too_low (400);
 usage_limit_reached (400, regain date: the 1st of next month); prompt_too_long (400);
 max_tokens_too_large (400); stream_error (streamed: some deltas then an ``error`` event, no

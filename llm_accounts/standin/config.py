@@ -13,6 +13,7 @@ BEHAVIOURS = (
     "rate_limited",
     "spend_limit",
     "overloaded",
+    "overloaded_final",
     "api_error",
     "api_error_final",
     "bad_gateway",

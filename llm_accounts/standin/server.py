@@ -402,7 +402,7 @@ class _Exchange:
         if behaviour == "rate_limited":
             headers = wire.ratelimit_headers(self.standin.clock(), limited=True, retry_after=self.key.retry_after)
             headers.update({"retry-after": str(self.key.retry_after), "x-should-retry": "true"})
-        elif behaviour in ("spend_limit", "api_error_final"):
+        elif behaviour in ("spend_limit", "api_error_final", "overloaded_final"):
             headers = {"x-should-retry": "false"}  # a spend cap has no retry-after (section 4.1)
         elif behaviour == "unavailable":
             headers = {"retry-after": str(self.key.retry_after)}

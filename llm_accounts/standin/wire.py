@@ -18,6 +18,7 @@ ERROR_STATUS = {
     "rate_limited": (429, "rate_limit_error"),
     "spend_limit": (429, "rate_limit_error"),
     "overloaded": (529, "overloaded_error"),
+    "overloaded_final": (529, "overloaded_error"),
     "api_error": (500, "api_error"),
     "api_error_final": (500, "api_error"),
     "bad_gateway": (502, "api_error"),
@@ -72,7 +73,7 @@ def behaviour_error(behaviour, *, organization, now):
     elif behaviour == "spend_limit":
         message = "The organization has crossed the monthly API usage threshold of its API tier."
         details = {"error_code": "enforced_spend_limit_reached"}
-    elif behaviour == "overloaded":
+    elif behaviour in ("overloaded", "overloaded_final"):
         message = "Overloaded"
     elif behaviour in ("api_error", "api_error_final"):
         message = "Internal server error"
