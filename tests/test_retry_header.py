@@ -69,20 +69,16 @@ def test_the_same_5xx_without_the_header_is_retried(accounts, ledger_path, waits
     assert [request["status"] for request in accounts.requests] == [500, 200]
 
 
-def test_a_bound_conversation_does_not_retry_a_5xx_marked_x_should_retry_false(accounts, ledger_path, waits):
+@pytest.mark.parametrize("behaviour, outcome", [("api_error_final", "provider_error"), ("overloaded_final", "overloaded")],
+                         ids=["500", "529"])
+def test_a_bound_conversation_does_not_retry_an_answer_marked_x_should_retry_false(
+    accounts, ledger_path, waits, behaviour, outcome
+):
     assert llm_cli("-m", MODEL, "first turn").exit_code == 0
     [first] = attempts(ledger_path)
-    accounts.set_behaviour(first["account"], "ok", script=["api_error_final"])
+    accounts.set_behaviour(first["account"], "ok", script=[behaviour])
     assert llm_cli("-c", "second turn").exit_code == 1
-    assert [(row["account"], row["outcome"]) for row in attempts(ledger_path)[1:]] == [(first["account"], "provider_error")]
-
-
-def test_a_bound_conversation_does_not_retry_a_529_marked_x_should_retry_false(accounts, ledger_path, waits):
-    assert llm_cli("-m", MODEL, "first turn").exit_code == 0
-    [first] = attempts(ledger_path)
-    accounts.set_behaviour(first["account"], "ok", script=["overloaded_final"])
-    assert llm_cli("-c", "second turn").exit_code == 1
-    assert [(row["account"], row["outcome"]) for row in attempts(ledger_path)[1:]] == [(first["account"], "overloaded")]
+    assert [(row["account"], row["outcome"]) for row in attempts(ledger_path)[1:]] == [(first["account"], outcome)]
     assert waits == []
 
 
