@@ -39,6 +39,10 @@ from conftest import assert_no_key_material
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOW = dt.datetime(2026, 11, 5, 12, 0, tzinfo=dt.timezone.utc)
+# The credit period and UTC day of ``NOW``, and the period before it: what the queries and the
+# dashboard are asked about, taken from the fixed instant the ledger is built around.
+PERIOD = clock.credit_month(NOW)
+PREVIOUS_PERIOD = clock.credit_month(clock.credit_period(PERIOD)[0] - dt.timedelta(days=1))
 USD = 10**9
 HOUR = dt.timedelta(hours=1)
 DAY = dt.timedelta(days=1)
@@ -393,7 +397,7 @@ async def test_open_attempts_lists_unknown_outcomes_oldest_first(ds):
 
 @pytest.mark.asyncio
 async def test_attempts_by_outcome_counts_and_costs(ds):
-    result = await rows(ds, "attempts_by_outcome", account="alpha", month="2026-11")
+    result = await rows(ds, "attempts_by_outcome", account="alpha", month=PERIOD)
     columns = ("state", "outcome", "attempts", "cost_usd", "open_ceilings_usd")
     assert [money(row, *columns) for row in result] == [
         ("settled", "complete", 3, "4.000000001", "0.000000000"),
@@ -405,7 +409,7 @@ async def test_attempts_by_outcome_counts_and_costs(ds):
 
 @pytest.mark.asyncio
 async def test_rejection_classes_group_by_type_and_class(ds):
-    result = await rows(ds, "rejection_classes", month="2026-11")
+    result = await rows(ds, "rejection_classes", month=PERIOD)
     columns = ("account", "provider_error_type", "rejection_class", "attempts", "http_statuses")
     assert [money(row, *columns) for row in result] == [
         ("alpha", "api_error", None, 1, "500"),
@@ -566,10 +570,11 @@ async def test_dashboard_draws_budget_bars_for_each_account(ds, at_now):
 async def test_dashboard_draws_spend_per_day_of_the_credit_period(ds, at_now):
     html = await dashboard_html(ds)
     chart = re.search(r'<svg class="llma-chart llma-daily-chart".*?</svg>', html, re.S).group(0)
-    assert "<title>2026-11-05 alpha: settled $0.75</title>" in chart
-    assert "<title>2026-11-05: open ceilings $1.75</title>" in chart
-    assert "<title>2026-11-01 beta: settled $18.50</title>" in chart
-    assert "2026-10" not in re.sub(r"<title id=.*?</title>", "", chart)  # a7 is last period's
+    today, b1_day = clock.utc_day(NOW), clock.utc_day(NOW - 4 * DAY)
+    assert f"<title>{today} alpha: settled $0.75</title>" in chart
+    assert f"<title>{today}: open ceilings $1.75</title>" in chart
+    assert f"<title>{b1_day} beta: settled $18.50</title>" in chart
+    assert PREVIOUS_PERIOD not in re.sub(r"<title id=.*?</title>", "", chart)  # a7 is last period's
 
 
 @pytest.mark.asyncio
