@@ -48,6 +48,12 @@ class Retries:
         self.left, self.used, self.wait_left_s = self.left - 1, self.used + 1, self.wait_left_s - delay
         return delay
 
+    def spent(self):
+        """What an error adds once retries were spent ("after 2 retries (-o retries)"), or ""."""
+        if not self.used:
+            return ""
+        return f"after {self.used} {'retry' if self.used == 1 else 'retries'} (-o retries)"
+
     def cooldown(self, until, now):
         """Seconds to wait for a cooldown ending at ``until``, or None when retries are off or it
         ends past the bound. Only a prompt that may retry waits (``-o retries 0`` refuses)."""

@@ -191,9 +191,7 @@ class RoutedCall:
         except AccountsError:
             return False  # the ledger is busy: wait as before, and look again later
         for attempt_id, name, ceiling in recorded:
-            automatic = notices.settles_automatically(next((a for a in self.declaration.accounts if a.name == name), None))
-            notices.say(notices.held_open(attempt_id, name, ceiling, "cancelled: the process that sent it is gone",
-                                          automatic=automatic))
+            self._say_held_open(attempt_id, name, ceiling, "cancelled: the process that sent it is gone")
         if recorded:
             self.pending_wait = 0
         return bool(recorded)
@@ -257,7 +255,7 @@ class RoutedCall:
         notes = ["also tried " + ", ".join(f"{name} ({summary})" for name, summary in earlier.items())] if earlier else []
         notes += extra
         if self.retries.used:
-            notes.append(f"after {self.retries.used} {'retry' if self.retries.used == 1 else 'retries'} (-o retries)")
+            notes.append(self.retries.spent())
         if not notes:
             return error
         return AccountsError(
@@ -475,9 +473,12 @@ class RoutedCall:
     def _held_open(self, attempt, outcome):
         """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
         "Held open"); only once the ledger has recorded it."""
-        account = next((a for a in self.declaration.accounts if a.name == attempt.account), None)
+        self._say_held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome)
+
+    def _say_held_open(self, attempt_id, name, ceiling_nusd, outcome):
+        account = next((a for a in self.declaration.accounts if a.name == name), None)
         automatic = notices.settles_automatically(account)
-        notices.say(notices.held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome, automatic=automatic))
+        notices.say(notices.held_open(attempt_id, name, ceiling_nusd, outcome, automatic=automatic))
 
     def warn_budget(self, name):
         """Warn before the wall (docs/architecture.md "Budget warnings")."""
@@ -519,8 +520,7 @@ class UnroutedCall:
         return self.pending_wait is not None
 
     def _spent(self):
-        used = self.retries.used
-        return f"; after {used} {'retry' if used == 1 else 'retries'} (-o retries)" if used else ""
+        return f"; {self.retries.spent()}" if self.retries.used else ""
 
     def refused(self, attempt, status, info, retry_after_s=None, should_retry=None):
         if sdk_retries(status, should_retry) and self._retry(retry_after_s):

@@ -11,7 +11,7 @@ rebind, blocks), ``reports`` (status, ladder, spend, attempts, audit), over ``re
 import re
 import threading
 
-from .. import clock
+from .. import clock, liveness
 from .. import ledger as package  # the tunables tests set (package.BUSY_TIMEOUT_S)
 from ..errors import AccountsError
 from ..money import INT64_MAX
@@ -179,8 +179,6 @@ class Ledger:
         (docs/architecture.md "A process that is gone"): nothing will ever record its outcome, so
         it is no longer waited for, and the provider pass may settle it. Each stays open with its
         ceiling, as an interrupted prompt's does. Returns ``[(attempt id, account, ceiling)]``."""
-        from .. import liveness
-
         sql = ("SELECT id, account, ceiling_nusd, pid, pid_started FROM attempt WHERE state = 'open' "
                "AND outcome IS NULL AND provider = ? AND host = ? AND pid IS NOT NULL")
         recorded = []
