@@ -56,7 +56,8 @@ def scenario(interrupted, spacing, pairs):
     """One run in a fresh llm user directory; returns the figures."""
     import llm
 
-    from llm_accounts import clock, provider_pass, provider_usage
+    from llm_accounts import clock
+    from llm_accounts.provider import rules as provider_usage, settle as provider_pass
     from llm_accounts.declarations import Account, save_accounts_file
     from llm_accounts.ledger import Ledger
     from llm_accounts.money import NANO

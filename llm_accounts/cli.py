@@ -1156,7 +1156,7 @@ def status(json_, check):
             click.echo(f"Pace: {sentence(line.name, line.forecast)}; {left}")
     # The usage-report pass that runs after prompts says nothing in a prompt; its failure is said here.
     if any(account.admin_key_env for account in declared):
-        from . import provider_pass
+        from .provider import settle as provider_pass
 
         try:
             note = provider_pass.status_note(provider_pass.load_state())
@@ -1633,7 +1633,7 @@ def _with_admin_keys(account, section):
 
 
 def _reconcile_from_provider(account, json_):
-    from . import provider_pass
+    from .provider import settle as provider_pass
     from .errors import AccountsError
     from .money import usd_fine
 
@@ -1715,7 +1715,7 @@ def audit(from_provider, account, days, json_):
 
 
 def _audit_from_provider(account, days, json_):
-    from . import provider_audit
+    from .provider import audit as provider_audit
     from .errors import AccountsError
     from .money import usd_fine
 

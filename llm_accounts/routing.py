@@ -19,7 +19,8 @@ import dataclasses
 import time
 import uuid
 
-from . import catalog, classify, clock, keys, notices, price_book, pricing, provider_pass, room, selection, thresholds, tool_bounds, transport
+from . import catalog, classify, clock, keys, notices, price_book, pricing, room, selection, thresholds, tool_bounds, transport
+from .provider import settle as provider_pass
 from .retries import DEFAULT_RETRIES, Retries, sdk_retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown

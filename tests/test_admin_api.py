@@ -9,7 +9,8 @@ import json
 import pytest
 
 from conftest import assert_no_key_material, make_key
-from llm_accounts import admin_api, scrub
+from llm_accounts import scrub
+from llm_accounts.provider import client as admin_api
 from llm_accounts.errors import AccountsError
 from llm_accounts.keys import Secret
 

@@ -132,7 +132,8 @@ def test_a_model_list_past_its_bound_is_one_coded_line_and_nothing_is_kept(canar
 def test_a_usage_report_past_its_bound_is_one_coded_line(canary_key):
     import datetime as dt
 
-    from llm_accounts import admin_api, keys
+    from llm_accounts import keys
+    from llm_accounts.provider import client as admin_api
 
     page = b'{"data": [], "has_more": false}'
     start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)

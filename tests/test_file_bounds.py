@@ -204,7 +204,7 @@ def test_llm_accounts_status_says_in_one_line_that_the_model_list_file_is_a_fifo
 @needs_fifo
 @pytest.mark.parametrize("kind", ["fifo", "oversized"])
 def test_an_unbounded_provider_pass_state_file_is_declaration_invalid(user_path, kind):
-    from llm_accounts import provider_pass
+    from llm_accounts.provider import settle as provider_pass
 
     unbounded(user_path / provider_pass.FILENAME, kind)
     with pytest.raises(AccountsError) as caught:

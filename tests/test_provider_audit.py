@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import httpx
 
-from llm_accounts import provider_audit, provider_usage
+from llm_accounts.provider import audit as provider_audit, rules as provider_usage
 from llm_accounts.pricing import Revision, current_revision
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli

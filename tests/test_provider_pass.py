@@ -13,7 +13,8 @@ import llm
 import pytest
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
-from llm_accounts import clock, provider_pass, provider_usage
+from llm_accounts import clock
+from llm_accounts.provider import rules as provider_usage, settle as provider_pass
 from llm_accounts.errors import AccountsError
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.money import NANO
@@ -248,7 +249,7 @@ def test_a_key_id_confirmed_with_accounts_set_settles_the_accounts_attempts(org,
 
 
 def test_an_organization_with_several_keys_needs_api_key_id_declared(org, ledger_path, fake_clock, monkeypatch):
-    from llm_accounts import admin_api
+    from llm_accounts.provider import client as admin_api
 
     monkeypatch.setattr(admin_api, "active_key_ids", lambda *a: ["apikey_01one", "apikey_01two"])
     response = llm.get_model(MODEL).prompt("Tell me a long story", max_tokens=300, account="beta")

@@ -7,7 +7,7 @@ import datetime as dt
 
 from hypothesis import given, strategies as st
 
-from llm_accounts import provider_usage as pu
+from llm_accounts.provider import rules as pu
 from llm_accounts.pricing import current_revision, settlement_cost
 
 UTC = dt.timezone.utc
@@ -228,7 +228,7 @@ def test_two_or_more_open_attempts_in_touching_minutes_never_settle(at, usage):
 
 
 def test_open_attempts_an_hour_apart_are_read_as_separate_windows_with_a_margin():
-    from llm_accounts.provider_pass import MARGIN, windows
+    from llm_accounts.provider.settle import MARGIN, windows
 
     at = [T0, T0 + dt.timedelta(minutes=50), T0 + dt.timedelta(minutes=200)]
     got = windows([{"created_at": t.isoformat()} for t in at])

@@ -428,7 +428,8 @@ def test_prices_add_refuses_a_run_of_a_declared_key_in_any_string_it_would_copy(
 
 
 def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_path, tmp_path):
-    from llm_accounts import cache_savings, provider_usage
+    from llm_accounts import cache_savings
+    from llm_accounts.provider import rules as provider_usage
 
     usage = {"input_tokens": 1000, "output_tokens": 100, "cache_read_input_tokens": 10}
     assert accounts_cli("prices", "add", str(write(tmp_path / "a.json", REVISION))).exit_code == 0

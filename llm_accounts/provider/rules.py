@@ -39,8 +39,8 @@ import dataclasses
 import datetime as dt
 import json
 
-from . import pricing
-from .money import usd_fine
+from .. import pricing
+from ..money import usd_fine
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)

@@ -16,9 +16,10 @@ import math
 import re
 from fractions import Fraction
 
-from . import admin_api, clock, keys, pricing, provider_usage, transport
-from .provider_pass import key_id_for
-from .errors import AccountsError
+from .. import clock, keys, pricing, transport
+from . import client as admin_api, rules as provider_usage
+from .settle import key_id_for
+from ..errors import AccountsError
 
 UTC = dt.timezone.utc
 DAY = dt.timedelta(days=1)

@@ -14,8 +14,8 @@ import datetime as dt
 import json
 import re
 
-from . import scrub, transport
-from .errors import AccountsError
+from .. import scrub, transport
+from ..errors import AccountsError
 
 USAGE_PATH = "/v1/organizations/usage_report/messages"
 COST_PATH = "/v1/organizations/cost_report"
@@ -36,7 +36,7 @@ def _get(http, base, path, params, secret):
         status = response.status_code
         body = transport.read_bounded(response, transport.ANSWER_LIMIT if status == 200 else transport.ERROR_BODY_LIMIT)
     if status != 200:
-        from . import classify
+        from .. import classify
 
         info = classify.parse_error_body(body)
         raise AccountsError(
@@ -116,7 +116,7 @@ def cost_days(http, base, secret, start, end):
 def active_key_ids(http, base, secret, check):
     """The ids of the organization's active API keys. ``check(text)`` is the admin key's run
     detector: an id holding a run of it, or not shaped like an id, is refused, never kept."""
-    from .declarations import API_KEY_ID_RULE
+    from ..declarations import API_KEY_ID_RULE
 
     ids, after = [], None
     for _ in range(MAX_PAGES):

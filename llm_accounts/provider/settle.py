@@ -29,10 +29,11 @@ import pathlib
 import threading
 import uuid
 
-from . import admin_api, clock, keys, pricing, provider_usage, scrub, transport
-from .catalog import _locked  # the same flock helper the model-list refresh uses
-from .errors import AccountsError
-from .paths import FileProblem, read_limited, user_dir, write_private_json
+from .. import clock, keys, pricing, scrub, transport
+from . import client as admin_api, rules as provider_usage
+from ..catalog import _locked  # the same flock helper the model-list refresh uses
+from ..errors import AccountsError
+from ..paths import FileProblem, read_limited, user_dir, write_private_json
 
 log = logging.getLogger("llm_accounts.provider")
 
@@ -236,7 +237,7 @@ def settle_in_background(declaration, now=None):
             return None
         if _background is not None and _background.is_alive():
             return None
-        from .paths import ledger_path
+        from ..paths import ledger_path
 
         # Where the thread writes and whom it asks are fixed now, not when it runs.
         args = (declaration, path, transport.base_url(), pathlib.Path.cwd(), ledger_path())
@@ -250,7 +251,7 @@ def settle_in_background(declaration, now=None):
 
 
 def _settle_quietly(declaration, path, base, cwd, ledger_location):
-    from .ledger import Ledger
+    from ..ledger import Ledger
 
     try:
         with _locked(path, "pass", blocking=False) as mine:
