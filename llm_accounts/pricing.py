@@ -188,6 +188,9 @@ class Quote:
     # The request's server tools (tool_bounds.Bounds): their usage counts and most uses. A request
     # with any sums several samplings in one usage (docs/architecture.md "Warm prefixes").
     tool_uses: tool_bounds.Bounds = tool_bounds.NONE
+    # The most output tokens the request can be billed for: max_tokens per sampling. A usage
+    # report's remainder above it is not this attempt's (docs/architecture.md "Settling from the provider").
+    max_output: int | None = None
 
     @property
     def server_tools(self):
@@ -738,6 +741,7 @@ def quote(body, revision=None):
         hour_after_key=hour_after_key,
         ceiling_tokens=samplings * (price.context_window + max_tokens),
         tool_uses=tools,
+        max_output=samplings * max_tokens,
     )
 
 

@@ -166,6 +166,17 @@ CREATE TABLE IF NOT EXISTS budget_warning (
     PRIMARY KEY (provider, account, month_utc, threshold)
 );
 
+-- The provider pass's claim on an organization's usage report (docs/architecture.md "Settling
+-- from the provider"): the Admin API asks for at most one poll a minute, and every process and
+-- machine on the ledger shares one organization's allowance. ``organization`` is the name of the
+-- Admin API key's variable (admin_key_env), never a key.
+CREATE TABLE IF NOT EXISTS provider_poll (
+    provider      TEXT NOT NULL,
+    organization  TEXT NOT NULL,
+    polled_at     TEXT NOT NULL,
+    PRIMARY KEY (provider, organization)
+);
+
 -- A machine's view of the path to the provider (docs/architecture.md "Failure classes and health"):
 -- the health of the host classes (transport) seen from one host, kept per host so one machine's
 -- broken network never cools an account for the others. The columns and rules are health's.
@@ -502,6 +513,15 @@ COLUMNS = [
     # it is gone, a process on the same host records the outcome as cancelled.
     ("attempt", "pid", "INTEGER"),
     ("attempt", "pid_started", "TEXT"),
+    # When the attempt's outcome was first recorded (NULL while in flight, and before this
+    # column): the end of the span a usage report is read over (docs/architecture.md "Settling
+    # from the provider"), and the instant the legacy report's finality counts from.
+    ("attempt", "outcome_at", "TEXT"),
+    # The quote's bounds a report's remainder must fit before it may settle the attempt: the most
+    # output tokens (max_tokens, times the server-tool samplings) and the most web searches
+    # (NULL before these columns: such an attempt is never settled from a report).
+    ("attempt", "max_output", "INTEGER"),
+    ("attempt", "max_web_searches", "INTEGER"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
@@ -597,7 +617,8 @@ TABLE_NAMES = ("account", "month", "binding", "attempt", "adjustment", "warm_pre
                "warm_month",  # warm_month: issue 13, gained on open
                "host_health",  # per-host transport health (issue 25), gained on open
                "budget_warning",  # thresholds warned of (issue 23), gained on open
-               "waiter")  # version 3
+               "waiter",  # version 3
+               "provider_poll")  # the provider pass's poll claims (issue 31), gained on open
 
 # A version-1 or version-2 file must already hold these; the others are gained on open.
 BASE_TABLES = ("account", "month", "binding", "attempt", "adjustment")

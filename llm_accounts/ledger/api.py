@@ -233,6 +233,33 @@ class Ledger:
         check_source(source_ref)
         return self._run("reconcile", corrections.reconcile, self.host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
 
+    def reconcile_group(self, members, source_ref, *, now=None):
+        """Close open attempts of one account and credit period at shares of one sourced total,
+        in one transaction, all or none (docs/architecture.md "Settling from the provider").
+        ``members``: ``[(adjustment id, attempt id, cost_nusd, usage_json or None)]``."""
+        members = list(members)
+        if not members:
+            raise invalid("members", "must name at least one attempt")
+        for adjustment_id, attempt_id, cost_nusd, _usage in members:
+            check_id(adjustment_id, "adjustment_id")
+            check_id(attempt_id, "attempt_id")
+            check_int(cost_nusd, "cost")
+        check_source(source_ref)
+        rows = self._run("reconcile_group", reports.rows,
+                         "SELECT DISTINCT provider, account, month_utc FROM attempt WHERE id IN (%s)"
+                         % ", ".join("?" * len(members)), tuple(m[1] for m in members), write=False)
+        if len(rows) != 1:
+            raise invalid("members", "a group settles attempts of one account in one credit period")
+        return self._run("reconcile_group", corrections.reconcile_group, self.host, members, source_ref, now)
+
+    def claim_poll(self, organization, every, *, provider="anthropic", now=None):
+        """Whether this process may read ``organization``'s usage report now: at most one poll per
+        ``every`` (a timedelta) across every process and machine on the ledger
+        (docs/architecture.md "Settling from the provider"). The claim is one transaction."""
+        check_id(organization, "organization")
+        at = now or clock.now()
+        return self._run("claim_poll", reports.claim_poll, provider, organization, at, every)
+
     def adjust(self, adjustment_id, account, month_utc, delta_nusd, source_ref, *, attempt_id=None, provider="anthropic", now=None):
         """A signed, sourced correction to a month's spend; never rewrites an attempt
         (docs/architecture.md "Ceilings and settlement")."""

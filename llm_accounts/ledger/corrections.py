@@ -81,8 +81,20 @@ def clear_block(conn, provider, name, declared, adjustment_id, source_ref, now):
     return "unblocked"
 
 
-def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now):
-    """Close an open attempt at a sourced cost (``Ledger.reconcile``)."""
+def reconcile_group(conn, host, members, source_ref, now):
+    """Close several open attempts of one account and credit period at their shares of one
+    sourced total, all or none (``Ledger.reconcile_group``; docs/architecture.md "Settling from
+    the provider", "Settled as a group"). ``members``: ``[(adjustment id, attempt id, cost, usage json)]``."""
+    results = [reconcile(conn, host, *member[:3], source_ref, now, usage_json=member[3], joint=True) for member in members]
+    if "already_recorded" in results and set(results) != {"already_recorded"}:
+        raise invalid("adjustment_id", "part of this group is already recorded and part is not; use new ids")
+    return results[0] if results else "reconciled"
+
+
+def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now, usage_json=None, joint=False):
+    """Close an open attempt at a sourced cost (``Ledger.reconcile``). ``usage_json``: the counts
+    a usage report proved were this attempt's, kept so a later span can take them away; with
+    ``joint`` the attempt is one of a group settled at one total (``reconcile_group``)."""
     writes.lock_attempt_account(conn, attempt_id)
     row = conn.execute(
         reads.ATTEMPT_SQL,
@@ -108,8 +120,9 @@ def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
     ts = clock.isoformat(now or clock.now())
     conn.execute(
         # A sourced cost says nothing of tokens: the token ceiling stays counted (unknown is never zero).
-        "UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ?, tokens = ceiling_tokens WHERE id = ?",
-        (cost_nusd, ts, attempt_id),
+        """UPDATE attempt SET state = 'settled', cost_nusd = ?, settled_at = ?, tokens = ceiling_tokens,
+           outcome_at = COALESCE(outcome_at, ?), usage_json = COALESCE(?, usage_json) WHERE id = ?""",
+        (cost_nusd, ts, ts, usage_json, attempt_id),
     )
     writes.move_to_settled(conn, row, cost_nusd)
     conn.execute(

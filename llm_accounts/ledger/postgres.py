@@ -898,5 +898,6 @@ BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  
 INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
-                *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter")
+                *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter",
+                "provider_poll")
 assert set(EXPORT_ORDER) == set(schema.TABLE_NAMES), "a table added to schema.TABLE_NAMES must be exported"

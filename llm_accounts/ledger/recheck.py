@@ -175,6 +175,15 @@ def condition(plan, params):
     return " AND ".join(f"({part})" for part in parts)
 
 
+def _max_searches(quote):
+    """The most web searches the quote allows (0 without a web search tool), or None when the
+    quote does not say (a quote built by hand in a test or a notebook)."""
+    uses = getattr(quote, "tool_uses", None)
+    if uses is None or getattr(quote, "max_output", None) is None:
+        return None
+    return uses.max_uses.get("web_search_requests") or 0
+
+
 def insert_sql(plan, params):
     """``INSERT INTO attempt ... SELECT ... WHERE <re-check>``: one row, or none."""
     quote = plan.quote
@@ -185,12 +194,15 @@ def insert_sql(plan, params):
         client=plan.client, llm_response_id=plan.llm_response_id, ts=plan.ts,
         ceiling_tokens=getattr(quote, "ceiling_tokens", None), host=plan.host,
         pid=plan.process[0], pid_started=plan.process[1],
+        # What a usage report's remainder must fit (docs/architecture.md "Settling from the provider").
+        max_output=getattr(quote, "max_output", None), max_web_searches=_max_searches(quote),
     )
     return f"""INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
            price_revision, requested_model, request_digest, client, llm_response_id, state, created_at,
-           ceiling_tokens, host, pid, pid_started)
+           ceiling_tokens, host, pid, pid_started, max_output, max_web_searches)
         SELECT :id, :scope_kind, :scope_id, :provider, :account, :month, :day, :ceiling, :price_revision, :model,
-           :digest, :client, :llm_response_id, 'open', :ts, :ceiling_tokens, :host, :pid, :pid_started
+           :digest, :client, :llm_response_id, 'open', :ts, :ceiling_tokens, :host, :pid, :pid_started,
+           :max_output, :max_web_searches
         FROM month m JOIN account a ON a.provider = m.provider AND a.name = m.name
         LEFT JOIN health h ON h.provider = m.provider AND h.account = m.name
         LEFT JOIN host_health hh ON hh.provider = m.provider AND hh.account = m.name AND hh.host = :host

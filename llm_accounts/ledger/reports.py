@@ -215,6 +215,18 @@ def claim_thresholds(conn, provider, account, month, new, spent, at):
     return tuple(claimed)
 
 
+def claim_poll(conn, provider, organization, at, every):
+    """``Ledger.claim_poll``: the row's time moves to ``at`` only if ``every`` has passed since
+    the last claim; whether it moved is whether this caller may poll."""
+    cursor = conn.execute(
+        """INSERT INTO provider_poll (provider, organization, polled_at) VALUES (?, ?, ?)
+           ON CONFLICT (provider, organization) DO UPDATE SET polled_at = excluded.polled_at
+           WHERE provider_poll.polled_at <= ?""",
+        (provider, organization, clock.isoformat(at), clock.isoformat(at - every)),
+    )
+    return cursor.rowcount == 1
+
+
 def spend(conn, provider, account, month_utc):
     """``Ledger.spend``: summed from the attempt and adjustment rows."""
     rows = conn.execute(

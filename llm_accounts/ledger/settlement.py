@@ -77,7 +77,8 @@ def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, serve
             )
         )
     conn.execute(
-        """UPDATE attempt SET state = 'settled', settled_at = :ts, outcome = :outcome, cost_nusd = :cost_nusd,
+        """UPDATE attempt SET state = 'settled', settled_at = :ts, outcome_at = COALESCE(outcome_at, :ts),
+             outcome = :outcome, cost_nusd = :cost_nusd,
              served_model = :served_model, usage_json = :usage_json, request_id = :request_id,
              http_status = :http_status, provider_error_type = :provider_error_type,
              rejection_class = :rejection_class, failure_class = :failure_class, tokens = :tokens
@@ -143,9 +144,9 @@ def _record_unknown(conn, row, evidence, h, hh, ts, now):
         conn.execute(
             """UPDATE attempt SET outcome = COALESCE(outcome, ?), failure_class = COALESCE(failure_class, ?),
                http_status = COALESCE(http_status, ?), provider_error_type = COALESCE(provider_error_type, ?),
-               rejection_class = COALESCE(rejection_class, ?) WHERE id = ?""",
+               rejection_class = COALESCE(rejection_class, ?), outcome_at = COALESCE(outcome_at, ?) WHERE id = ?""",
             (evidence.outcome, evidence.failure_class, evidence.http_status, evidence.provider_error_type,
-             evidence.rejection_class, row["id"]),
+             evidence.rejection_class, ts, row["id"]),
         )
     if evidence.outcome not in CALLER_OUTCOMES:
         writes.clear_warm(conn, provider, name)
