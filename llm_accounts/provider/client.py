@@ -1,5 +1,8 @@
-"""Reading an organization's Admin API: the Messages usage report, the cost report and the list of
-API key ids (docs/architecture.md "Settling from the provider" cites the documented shapes).
+"""Reading an organization's Admin API (docs/architecture.md "Settling from the provider" cites the
+documented shapes): the Usage and Cost Analytics API (``/v1/organizations/analytics/usage`` and
+``/cost``, rows with request counts, paged by rows), the legacy Messages usage report and cost
+report (buckets, paged by buckets), and the list of API key ids. One reader per shape; the paging
+rules of each live here.
 
 Every call signs with the organization's Admin API key, resolved per call by ``keys.resolve_key``
 like any key, held as a ``Secret`` and never stored. What comes back is untrusted: buckets are
@@ -10,6 +13,7 @@ printable ASCII string holding no run of the admin key, or the read stops (docs/
 "Provider strings").
 """
 
+import dataclasses
 import datetime as dt
 import json
 import re
@@ -17,6 +21,18 @@ import re
 from .. import scrub, transport
 from ..errors import AccountsError
 
+ANALYTICS_USAGE_PATH = "/v1/organizations/analytics/usage"
+ANALYTICS_COST_PATH = "/v1/organizations/analytics/cost"
+ANALYTICS_BETA = "analytics-usage-cost-2026-08-24"
+# The Analytics API pages by rows (1..1000) and takes at most 24 hours of one-minute buckets a
+# request, and at most five group_by dimensions.
+ANALYTICS_ROWS = 1000
+ANALYTICS_MINUTE_RANGE = dt.timedelta(hours=24)
+ANALYTICS_DAY_RANGE = dt.timedelta(days=31)
+USAGE_GROUPS = ("api_key_id", "model", "service_tier", "inference_geo", "speed")
+# The legacy report has no request counts; speed needs a beta there, so it is not grouped (only a
+# key the ledger alone uses is settled from it, and the ledger never sends fast mode).
+LEGACY_GROUPS = ("api_key_id", "model", "service_tier", "inference_geo")
 USAGE_PATH = "/v1/organizations/usage_report/messages"
 COST_PATH = "/v1/organizations/cost_report"
 KEYS_PATH = "/v1/organizations/api_keys"
@@ -26,13 +42,17 @@ MAX_PAGES = 50
 _PAGE_TOKEN = re.compile(r"[\x21-\x7e]{1,200}")
 
 
-def headers(secret):
-    """The Admin API's headers: the admin key in ``x-api-key`` and the API version."""
-    return {"x-api-key": secret.reveal(), "anthropic-version": transport.ANTHROPIC_VERSION, "accept": "application/json"}
+def headers(secret, beta=None):
+    """The Admin API's headers: the admin key in ``x-api-key`` and the API version (and the
+    Analytics API's beta)."""
+    out = {"x-api-key": secret.reveal(), "anthropic-version": transport.ANTHROPIC_VERSION, "accept": "application/json"}
+    if beta:
+        out["anthropic-beta"] = beta
+    return out
 
 
-def _get(http, base, path, params, secret):
-    with http.stream("GET", base + path, params=params, headers=headers(secret)) as response:
+def _get(http, base, path, params, secret, beta=None):
+    with http.stream("GET", base + path, params=params, headers=headers(secret, beta)) as response:
         status = response.status_code
         body = transport.read_bounded(response, transport.ANSWER_LIMIT if status == 200 else transport.ERROR_BODY_LIMIT)
     if status != 200:
@@ -68,31 +88,106 @@ def _page_token(token, path, holds):
     return token
 
 
-def _paged(http, base, path, params, secret):
-    """Every bucket of a report, following ``has_more``/``next_page``."""
-    data, params, holds = [], dict(params), scrub.run_detector(secret.reveal())
+def _paged(http, base, path, params, secret, beta=None, pages=None):
+    """Every item of a report, following ``has_more``/``next_page``. A page token seen before
+    would read the same pages again: the read stops there, in one line. ``pages`` (a list), if
+    given, receives each page as read (the Analytics API's ``data_refreshed_at`` is per page)."""
+    data, params, holds, seen = [], dict(params), scrub.run_detector(secret.reveal()), set()
     for _ in range(MAX_PAGES):
-        page = _get(http, base, path, params, secret)
-        if isinstance(page.get("data"), list):
-            data.extend(bucket for bucket in page["data"] if isinstance(bucket, dict))
+        page = _get(http, base, path, params, secret, beta)
+        if pages is not None:
+            pages.append(page)
+        if not isinstance(page.get("data"), list):
+            raise AccountsError("provider_error", f"GET {path} answered a page without its data list")
+        data.extend(item for item in page["data"] if isinstance(item, dict))
         token = page.get("next_page")
-        if not page.get("has_more") or token is None or token == "":
+        if not page.get("has_more"):
             return data
-        params["page"] = _page_token(token, path, holds)
+        if token is None or token == "":
+            raise AccountsError("provider_error", f"GET {path} said it has more but gave no page token; the read stops")
+        token = _page_token(token, path, holds)
+        if token in seen:
+            raise AccountsError("provider_error", f"GET {path} gave a page token it had given before; the read stops")
+        seen.add(token)
+        params["page"] = token
     raise AccountsError("provider_error", f"GET {path} did not end within {MAX_PAGES} pages")
 
 
-def usage_minutes(http, base, secret, start, end, key_id):
-    """One-minute usage buckets from ``start`` to ``end`` for ``key_id``, grouped by key and model."""
+@dataclasses.dataclass(frozen=True)
+class Read:
+    """What one read of a usage report returned: its items (untrusted dicts, parsed by
+    ``provider.report``), the range read, and the Analytics API's ``data_refreshed_at`` (the
+    earliest of its pages; None when a page did not say, or on the legacy report)."""
+
+    api: str  # "analytics" or "messages" (legacy)
+    items: list
+    start: dt.datetime
+    end: dt.datetime
+    refreshed_at: dt.datetime | None = None
+
+
+def analytics_usage(http, base, secret, start, end, key_ids):
+    """One-minute usage rows of ``key_ids`` from ``start`` to ``end`` on the Analytics API, grouped
+    by key, model, service tier, inference geo and speed: one request per 24 hours (its limit for
+    one-minute buckets), each paged by rows."""
+    items, refreshed, pages = [], [], []
+    at = start
+    while at < end:
+        until = min(end, at + ANALYTICS_MINUTE_RANGE)
+        params = {
+            "starting_at": _iso(at),
+            "ending_at": _iso(until),
+            "time_bucket_width": "1m",
+            "group_by[]": list(USAGE_GROUPS),
+            "api_key_ids[]": list(key_ids),
+            "limit": ANALYTICS_ROWS,
+        }
+        items.extend(_paged(http, base, ANALYTICS_USAGE_PATH, params, secret, ANALYTICS_BETA, pages))
+        at = until
+    for page in pages:
+        refreshed.append(parse_time(page.get("data_refreshed_at")))
+    fresh = None if not refreshed or None in refreshed else min(refreshed)
+    return Read("analytics", items, start, end, fresh)
+
+
+def analytics_cost_days(http, base, secret, start, end, group_by=("cost_type", "token_type", "model", "service_tier", "inference_geo")):
+    """Daily cost rows on the Analytics API, for the audit: amounts post-discount (``amount``)
+    and at list price (``list_amount``), in cents as decimal strings."""
+    items, at = [], start
+    while at < end:
+        until = min(end, at + ANALYTICS_DAY_RANGE)
+        params = {
+            "starting_at": _iso(at),
+            "ending_at": _iso(until),
+            "time_bucket_width": "1d",
+            "group_by[]": list(group_by),
+            "limit": ANALYTICS_ROWS,
+        }
+        items.extend(_paged(http, base, ANALYTICS_COST_PATH, params, secret, ANALYTICS_BETA))
+        at = until
+    return items
+
+
+def refused_as_unoffered(error):
+    """Whether an Analytics API error means this organization has no Analytics API (404 or 403),
+    so the legacy report is read instead."""
+    return isinstance(error, AccountsError) and error.http_status in (403, 404)
+
+
+def usage_minutes(http, base, secret, start, end, key_ids):
+    """One-minute buckets of the legacy usage report from ``start`` to ``end`` for ``key_ids``,
+    grouped by key, model, service tier and inference geo (paged by buckets)."""
+    if isinstance(key_ids, str):
+        key_ids = [key_ids]
     params = {
         "starting_at": _iso(start),
         "ending_at": _iso(end),
         "bucket_width": "1m",
-        "group_by[]": ["api_key_id", "model"],
-        "api_key_ids[]": [key_id],
+        "group_by[]": list(LEGACY_GROUPS),
+        "api_key_ids[]": list(key_ids),
         "limit": MINUTE_PAGE,
     }
-    return _paged(http, base, USAGE_PATH, params, secret)
+    return Read("messages", _paged(http, base, USAGE_PATH, params, secret), start, end)
 
 
 def usage_days(http, base, secret, start, end):

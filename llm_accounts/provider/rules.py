@@ -2,37 +2,48 @@
 (docs/architecture.md "Settling from the provider").
 
 An attempt left open by an unknown outcome (a 5xx, a broken or abandoned stream, a killed
-process) keeps its whole ceiling until positive evidence settles it. The organization's Messages
-usage report, in one-minute buckets grouped by API key id and model, is such evidence when it
-leaves no doubt about which attempt the tokens belong to. These functions decide that, and
-nothing else: no I/O, no clock, no ledger. ``provider_pass`` reads the report and the ledger and
-writes the settlements.
+process) keeps its whole ceiling until positive evidence settles it. A usage report row is
+evidence about an attempt only when nothing else could have produced it: *proof, not fit*. These
+functions decide that, and nothing else: no I/O, no clock, no ledger (``provider.settle`` reads
+and writes; ``provider.report`` parses what the provider answered).
 
-The rule, for one account's key id and one model:
+For one key id and one model:
 
-1. Each attempt reached the provider in the minute it was reserved, or up to ``SEND_WINDOW``
-   later (the transport's connect bound). Its *minutes* are those the window touches.
-2. Attempts whose minutes touch are matched together, as one *span* of consecutive minutes, so an
-   attempt near a minute's edge is never matched against only half of what it may have used.
-3. A span settles an open attempt only if every one of these holds; otherwise the attempt stays
-   open and the verdict says why:
-   - every open attempt of the span has its unknown outcome recorded (``in_flight``): one with
-     none may still be streaming, its usage still growing past what the report shows (or its
-     process was killed before recording; ``llm accounts reconcile`` settles that one by hand);
-   - every minute of the span is final: it ended ``FINAL_AFTER`` ago or more (``not_final``);
-   - the report covered every minute of the span (``not_covered``);
-   - exactly one attempt of the span is open (``ambiguous``);
-   - every settled attempt of the span has a token count to take away: settled complete with
-     its usage, or settled at zero as refused before processing (``settled_without_usage``);
-   - what the settled attempts used does not exceed the report in any token kind
-     (``over_accounted``);
-   - something is left, since no tokens in the report is not proof that nothing was billed:
-     the request may have reached a later minute (``no_usage``);
-   - the price revision of the attempt prices what is left (``unpriced``: server tools, say);
-   - the priced remainder is at most the attempt's ceiling, which is the provable worst case, so
-     more than it means the minutes hold usage the ledger never saw (``above_ceiling``).
+1. An attempt reached the provider after it was reserved and, for an answer that ended, was done
+   when its outcome was recorded; a provider may notice that a client went away a little after the
+   client did (``LATE_END``). So its usage lies in the minutes from its reservation to its outcome
+   (plus ``LATE_END`` while open), whichever instant (arrival or completion) the report buckets it
+   by: the docs do not say which.
+2. Attempts whose minutes touch form one *span*: their usage cannot be told apart by minute.
+3. A span settles its open attempts only if every one of these holds; otherwise each stays open
+   and the verdict says why, in one line:
+   - every open attempt has its outcome recorded, at a recorded instant, with its quote's bounds
+     (``in_flight``, ``no_outcome_time``, ``no_quote``);
+   - the report vouches for every minute: on the Analytics API its ``data_refreshed_at`` is past
+     the span; on the legacy report ``LEGACY_FINAL_AFTER`` has passed since the last outcome was
+     recorded (``not_final``);
+   - every minute was read, in the documented shape (``not_covered``, ``unreadable``);
+   - **nothing else could have produced the rows**: on the Analytics API the rows' ``requests``
+     add up to exactly the ledger's attempts in the span that can have been billed, and no
+     attempt in it was refused with a status whose request count the docs do not give
+     (``requests_differ``, ``refusals_in_span``); on the legacy report, which counts no requests,
+     only a key its account declares dedicated to the ledger (``dedicated_key``) is settled
+     (``not_dedicated``);
+   - every row's tier, geo and speed is one the attempts' price revision prices, and one geo
+     only (``unpriced_modifier``, ``mixed_modifiers``);
+   - every settled attempt of the span has a token count to take away, and they account for no
+     more than the rows show (``settled_without_usage``, ``over_accounted``); something is left
+     (``no_usage``);
+   - what is left fits the quotes: no more output than their ``max_tokens`` allow, no more web
+     searches than their ``max_uses`` (``beyond_quote``), priced at no more than the ceilings
+     (``unpriced``, ``above_ceiling``).
+4. One open attempt settles at the priced remainder. Several settle **as a group** when they are
+   one account's in one credit period at one price revision, and the remainder's input cannot
+   reach a dearer tier: the group takes the exact total, split in proportion to the ceilings
+   (``split``), each share within its own ceiling (``context_window``, ``mixed_periods`` otherwise).
 
-A settlement names its source: ``usage_report:messages:<first minute>[..<last minute>]:<key id>:<model>``.
+A settlement names its source:
+``usage_report:<analytics|messages>:<first minute>[..<last minute>]:<key id>:<model>[:joint:<n>]``.
 """
 
 import dataclasses
@@ -44,30 +55,42 @@ from ..money import usd_fine
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)
-# How long after its reservation an attempt may reach the provider: transport.TIMEOUT's 10 s
-# connect bound. An attempt's usage is looked for in every minute this window touches.
-SEND_WINDOW = dt.timedelta(seconds=10)
-# When a minute's bucket is taken as final. The usage report fills in minutes after the fact;
-# Anthropic documents no bound, so this waits well past the few minutes it usually takes. It says
-# nothing of a stream still running (transport.TIMEOUT bounds each read, not the stream): only an
-# attempt whose unknown outcome was recorded is matched at all (``in_flight``).
-FINAL_AFTER = dt.timedelta(minutes=10)
+# How long after a client recorded an unknown outcome the provider may still finish the request
+# (it notices a closed connection at its next write). Usage is looked for this far past the outcome.
+LATE_END = dt.timedelta(minutes=1)
+# The legacy report has no freshness stamp: "typically within 5 minutes of request completion".
+# It is taken as final this long after the span's last outcome was recorded.
+LEGACY_FINAL_AFTER = dt.timedelta(minutes=10)
 
 # Outcomes an attempt settles at zero with, proven unbilled (docs/architecture.md "Attempt outcomes").
 UNBILLED = frozenset({"not_sent", "rate_limited", "overloaded", "auth_required", "request_rejected"})
+# Tiers, geos and speeds of the standard rates; a geo beyond these is priced only where the
+# revision gives the model a multiplier for it.
+STANDARD_TIERS = frozenset({"standard"})
+STANDARD_SPEEDS = frozenset({None, "standard"})
+STANDARD_GEOS = frozenset({None, "global", "not_available"})
 
 REASONS = {
     "in_flight": "no outcome is recorded: it may still be running (or its process, on another machine, was killed: settle it with llm accounts reconcile)",
-    "not_final": "its minutes ended less than {final} ago; the report may still change",
+    "no_outcome_time": "it was recorded before this version kept the instant of its outcome; settle it with llm accounts reconcile",
+    "no_quote": "it was reserved before this version kept its quote's bounds; settle it with llm accounts reconcile",
+    "not_final": "the report does not yet vouch for all of its minutes",
     "not_covered": "the report read does not cover all of its minutes",
-    "ambiguous": "{open} open attempts share its minutes on this key and model",
+    "unreadable": "a row in its minutes lacks a documented field, so nothing there is proof",
+    "not_dedicated": "the legacy usage report counts no requests, so only a key declared dedicated to the ledger (dedicated_key) is settled from it",
+    "requests_differ": "the report counts {requests} request(s) in its minutes where the ledger has {attempts}: other usage of the key (another tool, the Console) or data still arriving",
+    "refusals_in_span": "a refused attempt shares its minutes, and the report's request count for refusals is not documented",
+    "unpriced_modifier": "a row in its minutes has a service tier, inference geo or speed its price revision does not price",
+    "mixed_modifiers": "rows in its minutes differ in inference geo, so their usage cannot be split",
     "settled_without_usage": "an attempt settled in its minutes has no token count to take away",
     "over_accounted": "attempts settled in its minutes account for more than the report shows",
     "no_usage": "the report shows nothing left for it; no usage is not proof of no cost",
+    "beyond_quote": "what is left holds more output or web searches than its request allowed",
+    "context_window": "{open} open attempts share its minutes and their input may be billed at a long-context tier",
+    "mixed_periods": "{open} open attempts share its minutes across accounts, credit periods or price revisions",
     "unpriced": "what is left holds usage its price revision cannot price",
     "above_ceiling": "what is left prices at {cost}, above its ceiling of {ceiling}",
 }
-
 
 @dataclasses.dataclass(frozen=True)
 class Usage:
@@ -92,9 +115,16 @@ class Usage:
     def empty(self):
         return not any(dataclasses.astuple(self))
 
-    def as_message_usage(self):
-        """The same counts as a Messages ``usage`` object, for ``pricing.settlement_cost``."""
+    def input_total(self):
+        """Every input-side token: what a request's price tier is chosen by."""
+        return self.input + self.cache_read + self.write_5m + self.write_1h
+
+    def as_message_usage(self, inference_geo=None):
+        """The same counts as a Messages ``usage`` object, for ``pricing.settlement_cost``
+        (with the report row's inference geo, which the price may depend on)."""
+        geo = {} if inference_geo is None else {"inference_geo": inference_geo}
         return {
+            **geo,
             "input_tokens": self.input,
             "output_tokens": self.output,
             "cache_read_input_tokens": self.cache_read,
@@ -102,23 +132,6 @@ class Usage:
             "cache_creation": {"ephemeral_5m_input_tokens": self.write_5m, "ephemeral_1h_input_tokens": self.write_1h},
             "server_tool_use": {"web_search_requests": self.web_search},
         }
-
-
-def usage_from_report(row):
-    """A usage report result's counts, or None if it is not in the documented shape."""
-    creation = row.get("cache_creation") or {}
-    tools = row.get("server_tool_use") or {}
-    values = (
-        row.get("uncached_input_tokens", 0),
-        row.get("cache_read_input_tokens", 0),
-        creation.get("ephemeral_5m_input_tokens", 0) if isinstance(creation, dict) else None,
-        creation.get("ephemeral_1h_input_tokens", 0) if isinstance(creation, dict) else None,
-        row.get("output_tokens", 0),
-        tools.get("web_search_requests", 0) if isinstance(tools, dict) else None,
-    )
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
-        return None
-    return Usage(*values)
 
 
 def usage_from_ledger(usage_json):
@@ -142,7 +155,10 @@ def usage_from_ledger(usage_json):
         w5 = w1h = 0
     tools = usage.get("server_tool_use")
     web = tools.get("web_search_requests", 0) if isinstance(tools, dict) else 0
-    return Usage(usage.get("input_tokens", 0), usage.get("cache_read_input_tokens", 0), w5, w1h, usage.get("output_tokens", 0), web)
+    counts = (usage.get("input_tokens", 0), usage.get("cache_read_input_tokens", 0), w5, w1h, usage.get("output_tokens", 0), web)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts):
+        return None
+    return Usage(*counts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,27 +175,73 @@ class Attempt:
     ceiling_nusd: int = 0
     usage: Usage | None = None
     price_revision: str | None = None
+    outcome_at: dt.datetime | None = None
+    settled_at: dt.datetime | None = None
+    month_utc: str | None = None
+    max_output: int | None = None
+    max_web_searches: int | None = None
 
     @classmethod
     def from_row(cls, row, revision=None):
         model = row.get("served_model") or row["requested_model"]
         priced = (revision or pricing.current_revision()).model(model)
+        usage = None
+        if row["state"] == "settled" and (row.get("outcome") == "complete" or _from_report(row.get("usage_json"))):
+            usage = usage_from_ledger(row.get("usage_json"))
         return cls(
             id=row["id"],
             account=row["account"],
-            created_at=dt.datetime.fromisoformat(row["created_at"]).astimezone(UTC),
+            created_at=_time(row["created_at"]),
             model=priced.id if priced is not None else model,
             state=row["state"],
             outcome=row.get("outcome"),
             cost_nusd=row.get("cost_nusd"),
             ceiling_nusd=row["ceiling_nusd"],
-            usage=usage_from_ledger(row.get("usage_json")) if row["state"] == "settled" else None,
+            usage=usage,
             price_revision=row.get("price_revision"),
+            outcome_at=_time(row.get("outcome_at")),
+            settled_at=_time(row.get("settled_at")),
+            month_utc=row.get("month_utc"),
+            max_output=row.get("max_output"),
+            max_web_searches=row.get("max_web_searches"),
         )
 
-    def minutes(self):
-        """(first, last) minute starts the attempt's send window touches."""
-        return minute_of(self.created_at), minute_of(self.created_at + SEND_WINDOW)
+    def end(self, now):
+        """The last instant the provider may have bucketed this attempt's usage in."""
+        if self.state == "settled" and self.outcome == "complete" and self.settled_at is not None:
+            return self.settled_at  # the answer had ended when it was read
+        if self.outcome is None:
+            return max(now, self.created_at)
+        if self.outcome_at is not None:
+            return self.outcome_at + LATE_END
+        return self.settled_at or self.created_at
+
+    def minutes(self, now):
+        """(first, last) minute starts the attempt's usage may lie in."""
+        return minute_of(self.created_at), minute_of(self.end(now))
+
+
+def _time(text):
+    return None if not text else dt.datetime.fromisoformat(text).astimezone(UTC)
+
+
+# Marks the counts a usage report proved were an attempt's (``Ledger.reconcile``'s usage), so a
+# later span can take them away like a complete answer's.
+FROM_REPORT = "from_usage_report"
+
+
+def _from_report(usage_json):
+    try:
+        return bool(json.loads(usage_json).get(FROM_REPORT)) if usage_json else False
+    except (ValueError, AttributeError):
+        return False
+
+
+def proven_usage_json(usage):
+    """The counts a report proved were one attempt's, as stored on it (numbers only)."""
+    message = usage.as_message_usage()
+    message[FROM_REPORT] = 1
+    return json.dumps(message, sort_keys=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,6 +249,17 @@ class Settle:
     attempt_id: str
     account: str
     cost_nusd: int
+    source_ref: str
+    usage: Usage
+
+
+@dataclasses.dataclass(frozen=True)
+class SettleGroup:
+    """Open attempts of one account and credit period settled at shares of one exact total."""
+
+    account: str
+    members: tuple  # ((attempt id, share nusd), ...)
+    total_nusd: int
     source_ref: str
     usage: Usage
 
@@ -207,12 +280,12 @@ def minute_text(at):
     return at.strftime("%Y-%m-%dT%H:%MZ")
 
 
-def spans(attempts):
+def spans(attempts, now):
     """Group attempts (one key id, one model) into spans of consecutive minutes: attempts whose
     minutes touch share a span. Returns ``[(first minute, last minute, [attempts])]`` in time order."""
     out = []
     for attempt in sorted(attempts, key=lambda a: (a.created_at, a.id)):
-        first, last = attempt.minutes()
+        first, last = attempt.minutes(now)
         if out and first <= out[-1][1]:
             out[-1][1] = max(out[-1][1], last)
             out[-1][2].append(attempt)
@@ -221,71 +294,125 @@ def spans(attempts):
     return [(first, last, members) for first, last, members in out]
 
 
-def decide(attempts, report, covered, *, key_id, now, price):
-    """Verdicts for the open attempts among ``attempts`` (one account's, one key id).
+def split(total, ceilings):
+    """``total`` split in proportion to ``ceilings``, exactly (largest remainders, ties to the
+    earlier attempt). With ``total <= sum(ceilings)`` no share passes its own ceiling."""
+    whole = sum(ceilings)
+    if whole == 0:
+        return [0] * len(ceilings)
+    shares = [total * c // whole for c in ceilings]
+    rests = sorted(range(len(ceilings)), key=lambda i: (-(total * ceilings[i] % whole), i))
+    for i in rests[: total - sum(shares)]:
+        shares[i] += 1
+    return shares
 
-    ``report``: ``{(minute start, model): Usage}`` for this key id, summed over its rows;
-    ``covered``: the set of minute starts the report was read for; ``price(usage_dict, model,
-    revision id)``: nanodollars or None. Returns ``[Settle | Keep]``, one per open attempt."""
+
+def decide(attempts, report, *, key_id, dedicated=False, now, price, one_tier=None):
+    """Verdicts for the open attempts among ``attempts`` (one account's key id).
+
+    ``report``: a ``provider.report.Report``; ``dedicated``: the account declares the key used
+    through the ledger alone; ``price(usage_dict, model, revision id)``: nanodollars or None;
+    ``one_tier(model, revision id, input tokens)``: whether every request of that much input or
+    less is billed at one tier (default: ``pricing``'s tiers). Returns ``[Settle | SettleGroup | Keep]``,
+    covering every open attempt once."""
+    one_tier = one_tier or single_tier
     verdicts = []
     by_model = {}
     for attempt in attempts:
+        if attempt.outcome == "not_sent":
+            continue  # it never reached the provider: nothing of it is in any report
         by_model.setdefault(attempt.model, []).append(attempt)
     for model, members in sorted(by_model.items()):
-        for first, last, span in spans(members):
-            verdicts.extend(_decide_span(first, last, span, model, report, covered, key_id, now, price))
+        for first, last, span in spans(members, now):
+            verdicts.extend(_decide_span(first, last, span, model, report, key_id, dedicated, now, price, one_tier))
     return verdicts
 
 
-def _decide_span(first, last, span, model, report, covered, key_id, now, price):
+def _decide_span(first, last, span, model, report, key_id, dedicated, now, price, one_tier):
     open_ = [a for a in span if a.state == "open"]
     if not open_:
         return []
     minutes = [first + MINUTE * i for i in range(int((last - first) / MINUTE) + 1)]
 
     def keep(reason, **values):
-        message = REASONS[reason].format(open=len(open_), final=_duration(FINAL_AFTER), **values)
+        message = REASONS[reason].format(open=len(open_), **values)
         return [Keep(a.id, a.account, reason, message) for a in open_]
 
     if any(a.outcome is None for a in open_):
         # Its usage may still grow; and no other open attempt of the span can be told apart from it.
         return [
             Keep(a.id, a.account, "in_flight", REASONS["in_flight"]) if a.outcome is None
-            else Keep(a.id, a.account, "ambiguous", REASONS["ambiguous"].format(open=len(open_)))
+            else Keep(a.id, a.account, "in_flight", "an attempt sharing its minutes has no outcome recorded yet")
             for a in open_
         ]
-    if last + MINUTE + FINAL_AFTER > now:
+    if any(a.outcome_at is None for a in open_):
+        return keep("no_outcome_time")
+    if any(a.max_output is None or a.max_web_searches is None for a in open_):
+        return keep("no_quote")
+    if report.api == "analytics":
+        if report.refreshed_at is None or report.refreshed_at < last + MINUTE:
+            return keep("not_final")
+    elif now < max(a.outcome_at for a in open_) + LEGACY_FINAL_AFTER or now < last + MINUTE + LEGACY_FINAL_AFTER:
         return keep("not_final")
-    if any(minute not in covered for minute in minutes):
+    if any(minute not in report.covered for minute in minutes):
         return keep("not_covered")
-    if len(open_) > 1:
-        return keep("ambiguous")
-    settled = Usage()
-    for attempt in span:
-        if attempt.state == "open":
-            continue
-        if attempt.usage is not None and attempt.outcome == "complete":
-            settled += attempt.usage
+    if any(minute in report.unreadable for minute in minutes):
+        return keep("unreadable")
+    if report.api != "analytics" and not dedicated:
+        return keep("not_dedicated")
+    window = set(minutes)
+    rows = [r for r in report.rows if r.key_id == key_id and r.model == model and r.minute in window]
+    settled = [a for a in span if a.state == "settled"]
+    if report.api == "analytics":
+        if any(a.outcome in UNBILLED for a in settled):
+            return keep("refusals_in_span")
+        requests = sum(r.requests for r in rows)
+        if requests != len(span):
+            return keep("requests_differ", requests=requests, attempts=len(span))
+    geos = {r.inference_geo for r in rows}
+    if any(r.service_tier not in STANDARD_TIERS or r.speed not in STANDARD_SPEEDS for r in rows):
+        return keep("unpriced_modifier")
+    priced_geos = geos - STANDARD_GEOS
+    if len(priced_geos) > 1 or (priced_geos and geos & STANDARD_GEOS):
+        return keep("mixed_modifiers")
+    geo = next(iter(priced_geos), None)
+    taken = Usage()
+    for attempt in settled:
+        if attempt.usage is not None:
+            taken += attempt.usage
         elif attempt.cost_nusd == 0 and attempt.outcome in UNBILLED:
             continue
         else:
             return keep("settled_without_usage")
     shown = Usage()
-    for minute in minutes:
-        shown += report.get((minute, model), Usage())
-    left = shown - settled
+    for row in rows:
+        shown += row.usage
+    left = shown - taken
     if left.negative():
         return keep("over_accounted")
     if left.empty():
         return keep("no_usage")
-    [attempt] = open_
-    cost = price(left.as_message_usage(), model, attempt.price_revision)
+    if left.output > sum(a.max_output for a in open_) or left.web_search > sum(a.max_web_searches for a in open_):
+        return keep("beyond_quote")
+    where = minute_text(first) if first == last else f"{minute_text(first)}..{minute_text(last)}"
+    source = f"usage_report:{report.api}:{where}:{key_id}:{model}"
+    ceilings = sum(a.ceiling_nusd for a in open_)
+    if len(open_) > 1:
+        if len({(a.account, a.month_utc, a.price_revision) for a in open_}) != 1:
+            return keep("mixed_periods")
+        if not one_tier(model, open_[0].price_revision, left.input_total()):
+            return keep("context_window")
+    cost = price(left.as_message_usage(geo), model, open_[0].price_revision)
     if cost is None:
         return keep("unpriced")
-    if cost > attempt.ceiling_nusd:
-        return keep("above_ceiling", cost=usd_fine(cost), ceiling=usd_fine(attempt.ceiling_nusd))
-    where = minute_text(first) if first == last else f"{minute_text(first)}..{minute_text(last)}"
-    return [Settle(attempt.id, attempt.account, cost, f"usage_report:messages:{where}:{key_id}:{model}", left)]
+    if cost > ceilings:
+        return keep("above_ceiling", cost=usd_fine(cost), ceiling=usd_fine(ceilings))
+    if len(open_) == 1:
+        [attempt] = open_
+        return [Settle(attempt.id, attempt.account, cost, source, left)]
+    shares = split(cost, [a.ceiling_nusd for a in open_])
+    members = tuple((a.id, share) for a, share in zip(open_, shares))
+    return [SettleGroup(open_[0].account, members, cost, f"{source}:joint:{len(open_)}", left)]
 
 
 def price_with_revision(usage, model, revision_id):
@@ -294,42 +421,17 @@ def price_with_revision(usage, model, revision_id):
     return None if revision is None else pricing.settlement_cost(usage, model, None, revision)
 
 
+def single_tier(model, revision_id, input_tokens):
+    """Whether any request of at most ``input_tokens`` input is billed at the model's first tier
+    (docs/pricing.md "Long context"): then a group's total prices like its members' sum."""
+    revision = _revision(revision_id)
+    price = None if revision is None else revision.model(model)
+    return price is not None and price.rates_for(input_tokens) == price.rates_for(0)
+
+
 def _revision(revision_id):
     # Not cached here: pricing caches a shipped revision, user_prices a user's until its file changes.
     try:
         return pricing.load_revision(revision_id) if revision_id else pricing.current_revision()
     except Exception:  # a revision this version does not ship: the attempt stays open (unpriced)
         return None
-
-
-def report_minutes(page_data, key_id, revision=None):
-    """``({(minute start, canonical model): Usage}, {minute starts covered})`` from usage report
-    buckets (one-minute width) for ``key_id``. A result in an unknown shape makes its minute
-    uncovered, so nothing in it is settled."""
-    revision = revision or pricing.current_revision()
-    report, covered, broken = {}, set(), set()
-    for bucket in page_data:
-        try:
-            start = dt.datetime.fromisoformat(bucket["starting_at"].replace("Z", "+00:00")).astimezone(UTC)
-            end = dt.datetime.fromisoformat(bucket["ending_at"].replace("Z", "+00:00")).astimezone(UTC)
-            results = bucket["results"]
-        except (KeyError, TypeError, ValueError, AttributeError):
-            continue
-        if end - start != MINUTE or start != minute_of(start) or not isinstance(results, list):
-            continue
-        covered.add(start)
-        for row in results:
-            if not isinstance(row, dict) or row.get("api_key_id") != key_id:
-                continue
-            usage, model = usage_from_report(row), row.get("model")
-            if usage is None or not isinstance(model, str):
-                broken.add(start)
-                continue
-            priced = revision.model(model)
-            model = priced.id if priced is not None else model
-            report[(start, model)] = report.get((start, model), Usage()) + usage
-    return report, covered - broken
-
-
-def _duration(delta):
-    return f"{int(delta.total_seconds() // 60)} minutes"

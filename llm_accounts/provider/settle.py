@@ -25,12 +25,13 @@ import dataclasses
 import datetime as dt
 import json
 import logging
+import os
 import pathlib
 import threading
 import uuid
 
 from .. import clock, keys, pricing, scrub, transport
-from . import client as admin_api, rules as provider_usage
+from . import client as admin_api, report, rules as provider_usage
 from ..catalog import _locked  # the same flock helper the model-list refresh uses
 from ..errors import AccountsError
 from ..paths import FileProblem, read_limited, user_dir, write_private_json
@@ -38,6 +39,11 @@ from ..paths import FileProblem, read_limited, user_dir, write_private_json
 log = logging.getLogger("llm_accounts.provider")
 
 FILENAME = "accounts-provider.json"
+REPORT_SETTING = "LLM_ACCOUNTS_PROVIDER_REPORT"
+# "The API supports polling once per minute for sustained use": one claim per organization.
+POLL_EVERY = dt.timedelta(minutes=1)
+# Attempts reserved this long before a window are read with it: a stream that long may reach in.
+LOOK_BEHIND = dt.timedelta(hours=6)
 # Open attempts further apart than this are read as separate windows of the report.
 WINDOW_GAP = dt.timedelta(minutes=60)
 # Minutes read around a window's attempts, so a span that begins or ends near them is seen whole.
@@ -47,6 +53,11 @@ RUN_EVERY = dt.timedelta(minutes=2)
 # (what the report could settle, it settled) and 'llm accounts reconcile --from-provider' reads them all.
 AUTOMATIC_LOOKBACK = dt.timedelta(hours=24)
 RETRY_AFTER = dt.timedelta(minutes=15)
+# An attempt the report keeps finding nothing for (an unbilled 5xx, say) is read again after
+# BACKOFF_FIRST, then twice as long each time, up to BACKOFF_MOST; time alone cures these reasons.
+BACKOFF_FIRST = dt.timedelta(minutes=2)
+BACKOFF_MOST = dt.timedelta(hours=4)
+TIME_CURES = frozenset({"in_flight", "not_final", "not_covered"})
 _NAMESPACE = uuid.UUID("6f1d0d3e-3c1e-4a4e-9b5e-3f3b8c1d2a10")
 
 _background = None
@@ -133,81 +144,171 @@ def windows(open_rows):
     ]
 
 
-def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, since=None):
-    """Run the pass for one account (its attempts opened at ``since`` or later, default all);
-    returns its ``AccountResult``. Errors reaching the Admin API or resolving its key are the
-    result's ``error``: every open attempt then stays open."""
-    result = AccountResult(account.name)
-    if not account.admin_key_env:
-        result.skipped = "no admin_key_env declared"
-        return result
+def report_api():
+    """Which usage report the pass reads: ``analytics`` (the default: the Analytics API, the
+    legacy report where an organization's Analytics API refuses) or ``legacy``
+    (``LLM_ACCOUNTS_PROVIDER_REPORT``; docs/architecture.md "Settling from the provider")."""
+    value = os.environ.get(REPORT_SETTING, "analytics").strip().lower() or "analytics"
+    if value not in ("analytics", "legacy"):
+        raise AccountsError("declaration_invalid", f"{REPORT_SETTING}: must be analytics or legacy")
+    return value
+
+
+def _read(http, base, secret, start, end, key_ids, api, revision):
+    """One window of the organization's usage report, as a ``report.Report``: the Analytics API
+    unless told otherwise, the legacy report where the Analytics API is not offered (404/403)."""
+    if api == "analytics":
+        try:
+            return report.parse(admin_api.analytics_usage(http, base, secret, start, end, key_ids), revision)
+        except AccountsError as error:
+            if not admin_api.refused_as_unoffered(error):
+                raise
+    return report.parse(admin_api.usage_minutes(http, base, secret, start, end, key_ids), revision)
+
+
+def _organizations(accounts):
+    """Accounts grouped by their organization's Admin API key variable, in declaration order."""
+    out = {}
+    for account in accounts:
+        if account.admin_key_env:
+            out.setdefault(account.admin_key_env, []).append(account)
+    return out
+
+
+def settle_organization(admin_key_env, accounts, declaration, ledger, http, *, base, cwd=None, now=None, since=None,
+                        api=None, due=None):
+    """Run the pass for one organization's ``accounts``: one claim on its report (at most one
+    poll a minute across every process on the ledger), one read per window covering every key id,
+    the rules per account. ``due(row)``: whether an open attempt is read this time (the automatic
+    pass backs off attempts the report keeps finding nothing for). Returns ``AccountResult``s."""
     now = now or clock.now()
     revision = pricing.current_revision()
-    # An attempt whose process is gone gets its outcome recorded (cancelled), so the report may
-    # settle it instead of keeping it as in flight (docs/architecture.md "A process that is gone").
+    results = {account.name: AccountResult(account.name) for account in accounts}
     try:
-        ledger.abandoned()
+        ledger.abandoned()  # a gone process's attempt gets its outcome (docs/architecture.md "A process that is gone")
     except AccountsError as error:
-        result.error = error
-        return result
-    open_rows = [
-        row for row in ledger.open_attempts(account=account.name)
-        if since is None or dt.datetime.fromisoformat(row["created_at"]) >= since
-    ]
-    if not open_rows:
-        return result
+        for result in results.values():
+            result.error = error
+        return list(results.values())
+    open_by_account = {}
+    for account in accounts:
+        rows = [
+            row for row in ledger.open_attempts(account=account.name)
+            if (since is None or dt.datetime.fromisoformat(row["created_at"]) >= since) and (due is None or due(row))
+        ]
+        if rows:
+            open_by_account[account.name] = rows
+    if not open_by_account:
+        return list(results.values())
     secret = None
     try:
-        secret = keys.resolve_key(account.admin_key_env, declaration, cwd=cwd)
-        key_id, inferred = key_id_for(account, http, base, secret)
-        if inferred:
-            result.skipped = (
-                f"api_key_id is not declared; the organization's only active API key is {key_id}: if it is "
-                f"{account.name}'s, confirm it with llm accounts set {account.name} --api-key-id {key_id}; "
-                "its open attempts stay open"
-            )
-            return result
-        for start, end in windows(open_rows):
+        secret = keys.resolve_key(admin_key_env, declaration, cwd=cwd)
+        key_ids = {}
+        for account in accounts:
+            if account.name not in open_by_account:
+                continue
+            key_id, inferred = key_id_for(account, http, base, secret)
+            if inferred:
+                results[account.name].skipped = (
+                    f"api_key_id is not declared; the organization's only active API key is {key_id}: if it is "
+                    f"{account.name}'s, confirm it with llm accounts set {account.name} --api-key-id {key_id}; "
+                    "its open attempts stay open"
+                )
+                continue
+            key_ids[account.name] = key_id
+        if not key_ids:
+            return list(results.values())
+        if not ledger.claim_poll(admin_key_env, POLL_EVERY, now=now):
+            for name in key_ids:
+                results[name].skipped = (
+                    "its organization's usage report was read less than a minute ago (the Admin API asks for at most "
+                    "one poll a minute); its open attempts wait for the next pass"
+                )
+            return list(results.values())
+        api = api or report_api()
+        wanted = [row for name in key_ids for row in open_by_account[name]]
+        decided = set()  # an attempt read in two windows is decided in the first
+        for start, end in windows(wanted):
             end = min(end, provider_usage.minute_of(now) + provider_usage.MINUTE)
-            data = admin_api.usage_minutes(http, base, secret, start, end, key_id)
-            report, covered = provider_usage.report_minutes(data, key_id, revision)
-            # The first minute may hold usage of attempts reserved just before the window, which
-            # were not read: nothing that touches it is matched.
-            covered.discard(start)
-            rows = ledger.attempts_between(account.name, start, end)
-            attempts = [provider_usage.Attempt.from_row(row, revision) for row in rows]
-            verdicts = provider_usage.decide(
-                attempts, report, covered, key_id=key_id, now=now, price=provider_usage.price_with_revision
-            )
-            for verdict in verdicts:
-                if isinstance(verdict, provider_usage.Keep):
-                    result.kept.append(verdict)
+            read = _read(http, base, secret, start, end, sorted(set(key_ids.values())), api, revision)
+            for account in accounts:
+                if account.name not in key_ids:
                     continue
-                try:
-                    ledger.reconcile(adjustment_id(verdict.attempt_id), verdict.attempt_id, verdict.cost_nusd, verdict.source_ref, now=now)
-                except AccountsError as error:
-                    if error.code != "settlement_conflict":
-                        raise
-                    continue  # its own process settled it meanwhile
-                result.settled.append(verdict)
+                # Attempts reserved well before the window may still reach into it (a long stream):
+                # they are read too, so their usage is never taken for another's.
+                rows = ledger.attempts_between(account.name, start - LOOK_BEHIND, end)
+                attempts = [provider_usage.Attempt.from_row(row, revision) for row in rows]
+                verdicts = provider_usage.decide(
+                    attempts, read, key_id=key_ids[account.name], dedicated=bool(getattr(account, "dedicated_key", False)),
+                    now=now, price=provider_usage.price_with_revision,
+                )
+                wanted_ids = {row["id"] for row in open_by_account[account.name]} - decided
+                verdicts = [v for v in verdicts if _ids(v) & wanted_ids and not _ids(v) & decided]
+                for verdict in verdicts:
+                    decided.update(_ids(verdict))
+                _apply(ledger, results[account.name], verdicts, now)
     except AccountsError as error:
-        result.error = error
+        for name in open_by_account:
+            results[name].error = error
     except Exception as error:  # transport failures: the class, never the text
-        result.error = AccountsError("transport_error", f"the Admin API could not be read ({type(error).__name__})")
+        failure = AccountsError("transport_error", f"the Admin API could not be read ({type(error).__name__})")
+        for name in open_by_account:
+            results[name].error = failure
     finally:
         secret = None
+    return list(results.values())
+
+
+def _ids(verdict):
+    if isinstance(verdict, provider_usage.SettleGroup):
+        return {attempt_id for attempt_id, _ in verdict.members}
+    return {verdict.attempt_id}
+
+
+def _apply(ledger, result, verdicts, now):
+    """Record each settlement (one transaction each; a group's in one) and each verdict kept."""
+    for verdict in verdicts:
+        if isinstance(verdict, provider_usage.Keep):
+            result.kept.append(verdict)
+            continue
+        if isinstance(verdict, provider_usage.Settle):
+            members = [(adjustment_id(verdict.attempt_id), verdict.attempt_id, verdict.cost_nusd,
+                        provider_usage.proven_usage_json(verdict.usage))]
+            settled = [verdict]
+        else:
+            members = [(adjustment_id(attempt_id), attempt_id, share, None) for attempt_id, share in verdict.members]
+            settled = [provider_usage.Settle(attempt_id, verdict.account, share, verdict.source_ref, verdict.usage)
+                       for attempt_id, share in verdict.members]
+        try:
+            ledger.reconcile_group(members, verdict.source_ref, now=now)
+        except AccountsError as error:
+            if error.code != "settlement_conflict":
+                raise
+            continue  # its own process settled it meanwhile
+        result.settled.extend(settled)
+
+
+def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, since=None, api=None):
+    """The pass for one account alone (its organization's claim and read); its ``AccountResult``."""
+    if not account.admin_key_env:
+        return AccountResult(account.name, skipped="no admin_key_env declared")
+    [result] = settle_organization(account.admin_key_env, [account], declaration, ledger, http, base=base, cwd=cwd,
+                                   now=now, since=since, api=api)
     return result
 
 
-def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None):
-    """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each."""
+def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None, api=None, due=None):
+    """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each,
+    in declaration order. Accounts of one organization are read together."""
     base = base or transport.base_url()
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
+    results = {a.name: AccountResult(a.name, skipped="no admin_key_env declared") for a in wanted if not a.admin_key_env}
     with transport.client() as http:
-        return [
-            settle_account(a, declaration, ledger, http, base=base, cwd=cwd, now=now, since=since)
-            for a in wanted
-        ]
+        for admin_key_env, members in _organizations(wanted).items():
+            for result in settle_organization(admin_key_env, members, declaration, ledger, http, base=base, cwd=cwd,
+                                              now=now, since=since, api=api, due=due):
+                results[result.account] = result
+    return [results[a.name] for a in wanted]
 
 
 # The automatic pass, off the request path.
@@ -250,6 +351,42 @@ def settle_in_background(declaration, now=None):
         return None
 
 
+def backoff_due(state, now):
+    """``due(row)`` for the automatic pass: an attempt the report kept finding nothing for is
+    read again only when its back-off has passed."""
+    entries = state.get("backoff") if isinstance(state.get("backoff"), dict) else {}
+
+    def due(row):
+        entry = entries.get(row["id"])
+        at = clock.parse_aware(entry[1]) if isinstance(entry, list) and len(entry) == 2 else None
+        return at is None or at <= now
+
+    return due
+
+
+def next_backoff(state, results, now):
+    """The back-off entries after a pass: an attempt kept for a reason time alone does not cure
+    (anything but in flight, not final, not covered) waits ``BACKOFF_FIRST``, doubling to
+    ``BACKOFF_MOST``; a settled one is dropped, and so is any entry older than the lookback."""
+    old = state.get("backoff") if isinstance(state.get("backoff"), dict) else {}
+    settled = {s.attempt_id for r in results for s in r.settled}
+    out = {}
+    for attempt_id, entry in old.items():
+        at = clock.parse_aware(entry[1]) if isinstance(entry, list) and len(entry) == 2 else None
+        if attempt_id not in settled and at is not None and now - at < AUTOMATIC_LOOKBACK:
+            out[attempt_id] = entry
+    for result in results:
+        for kept in result.kept:
+            if kept.reason in TIME_CURES:
+                out.pop(kept.attempt_id, None)
+                continue
+            count = out.get(kept.attempt_id, [0])[0]
+            count = count + 1 if isinstance(count, int) else 1
+            wait = min(BACKOFF_FIRST * 2 ** min(count - 1, 16), BACKOFF_MOST)
+            out[kept.attempt_id] = [count, clock.isoformat(now + wait)]
+    return out
+
+
 def _settle_quietly(declaration, path, base, cwd, ledger_location):
     from ..ledger import Ledger
 
@@ -263,15 +400,19 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
             # Never the secret lookup command off the request path (docs/security.md "Child processes").
             quiet = dataclasses.replace(declaration, lookup=None)
             with Ledger(ledger_location) as ledger:
+                state = load_state(path)
                 results = settle_from_provider(
-                    quiet, ledger, base=base, cwd=cwd, now=now, since=now - AUTOMATIC_LOOKBACK
+                    quiet, ledger, base=base, cwd=cwd, now=now, since=now - AUTOMATIC_LOOKBACK,
+                    due=backoff_due(state, now),
                 )
+            backoff = next_backoff(state, results, now)
             failed = [r for r in results if r.error is not None]
             settled = sum(len(r.settled) for r in results)
             log.debug("automatic provider pass: %d settled, %d accounts failed", settled, len(failed))
 
             def record(data):
                 data["last_run"] = clock.isoformat(now)
+                data["backoff"] = backoff
                 if failed:
                     data["failed_at"], data["error"] = clock.isoformat(now), failed[0].error.code
                 else:
