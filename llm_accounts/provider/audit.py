@@ -17,7 +17,7 @@ import re
 from fractions import Fraction
 
 from .. import clock, keys, pricing, transport
-from . import client as admin_api, rules as provider_usage
+from . import client as admin_api, report
 from .settle import key_id_for
 from ..errors import AccountsError
 
@@ -87,7 +87,7 @@ def usage_by_day_and_key(buckets, revision):
         for row in bucket["results"]:
             if not isinstance(row, dict):
                 continue
-            usage = provider_usage.usage_from_report(row)
+            usage = report.usage_of(row)
             model = row.get("model")
             key_id = row.get("api_key_id") if isinstance(row.get("api_key_id"), str) else None
             cost = price_day(usage, model, revision) if usage is not None and isinstance(model, str) else None
@@ -175,7 +175,12 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
                 billed = billed_by_day(admin_api.cost_days(http, base, secret, start, end))
                 ids = {}
                 for account in members:
-                    ids[account.name], guessed = key_id_for(account, http, base, secret)
+                    # Each account alone: one without a key id the audit can use affects only itself.
+                    try:
+                        ids[account.name], guessed = key_id_for(account, http, base, secret)
+                    except AccountsError as error:
+                        errors.append(([account.name], error))
+                        continue
                     if guessed:
                         inferred[account.name] = ids[account.name]
             except AccountsError as error:
@@ -189,6 +194,8 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
             # Every declared account's key id counts as declared, whichever organization it is in.
             declared_ids = set(ids.values()) | {a.api_key_id for a in declaration.accounts if a.api_key_id}
             for account in members:
+                if account.name not in ids:
+                    continue
                 ledger_days = ledger.daily_spend(account.name, day_list[0], day_list[-1])
                 account_days.extend(compare_account(account.name, day_list, ledger_days, usage, ids[account.name]))
             organization_days.extend(compare_organization([a.name for a in members], day_list, usage, billed, declared_ids))

@@ -70,6 +70,12 @@ def _usage(fields, tokens_key="uncached_input_tokens"):
     return None if None in values else Usage(*values)
 
 
+def usage_of(fields):
+    """A usage object's counts (legacy result or Analytics ``usage``), or None unless every
+    documented field is present and a count."""
+    return _usage(fields) if isinstance(fields, dict) else None
+
+
 def _minute(item):
     """The minute an item's bucket is, or None unless it is exactly one aligned minute."""
     from .client import parse_time
