@@ -390,6 +390,7 @@ def parse_accounts(value, source):
     accounts = []
     names = {}
     key_envs = {}
+    api_key_ids = {}
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             raise invalid(f"{_field(source, index)}: must be a JSON object")
@@ -406,12 +407,20 @@ def parse_accounts(value, source):
             raise invalid(
                 f"{field('key_env')}: repeats the key_env of account [{key_envs[account.key_env]}]; each account needs its own key"
             )
+        if account.api_key_id is not None and account.api_key_id in api_key_ids:
+            # Whatever the admin_key_env: two accounts settled from one key's usage would each
+            # take the same report row (docs/architecture.md "Settling from the provider").
+            raise invalid(
+                f"{field('api_key_id')}: repeats the api_key_id of account [{api_key_ids[account.api_key_id]}]; one API key id belongs to one account"
+            )
         if account.admin_key_env is not None and account.admin_key_env in key_envs:
             raise invalid(f"{field('admin_key_env')}: names the key_env of account [{key_envs[account.admin_key_env]}]; an Admin API key is not an API key")
         if account.admin_key_env == account.key_env or any(account.key_env == other.admin_key_env for other in accounts):
             raise invalid(f"{field('key_env')}: is also named as an admin_key_env; an Admin API key is not an API key")
         names[account.name] = index
         key_envs[account.key_env] = index
+        if account.api_key_id is not None:
+            api_key_ids[account.api_key_id] = index
         accounts.append(account)
     return tuple(accounts)
 
@@ -965,7 +974,20 @@ def _add_account(account, replace):
             raise invalid(
                 f"--key-env: account {other.name} already uses this key_env; each account needs its own key"
             )
+    _refuse_a_shared_api_key_id(account, accounts)
     return save_accounts_file(accounts, lookup), None if existing is None else replaced
+
+
+def _refuse_a_shared_api_key_id(account, accounts):
+    """``add`` and ``set`` name the option and the other account, never the id (the declaration's
+    own rule, ``parse_accounts``, names field paths)."""
+    if account.api_key_id is None:
+        return
+    for other in accounts:
+        if other.name != account.name and other.api_key_id == account.api_key_id:
+            raise invalid(
+                f"--api-key-id: account {other.name} already declares this api_key_id; one API key id belongs to one account"
+            )
 
 
 def set_account(name, change, *, check=None):
@@ -986,6 +1008,8 @@ def set_account(name, change, *, check=None):
         new = change(old)
         if new == old:
             return accounts_file_path(), old, new
+        if new.api_key_id != old.api_key_id:
+            _refuse_a_shared_api_key_id(new, accounts)
         if check is not None:
             check(new)
         accounts[index] = new
