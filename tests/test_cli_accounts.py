@@ -283,6 +283,9 @@ def test_list_json(tmp_path):
                 "models": None,
                 "clients": {},
                 "clients_only": False,
+                "admin_key_env": None,
+                "api_key_id": None,
+                "dedicated_key": False,
             }
         ],
         "lookup": None,

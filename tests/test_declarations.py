@@ -195,6 +195,11 @@ CANARY_CASES = {
         "ANTHROPIC_ACCOUNTS[1].api_key_id",
         "one API key id belongs to one account",
     ),
+    "dedicated_key is a string": (
+        lambda k: declare(admin_key_env="WORK_ADMIN", api_key_id="apikey_01abc", dedicated_key=k),
+        "ANTHROPIC_ACCOUNTS[0].dedicated_key",
+        "true or false",
+    ),
 }
 
 
