@@ -503,9 +503,15 @@ def _warn_if_overridden():
 @click.option("--clients-only", is_flag=True, help="Only the clients given with --client-cap may use this account")
 @click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key, to settle unknown outcomes from its usage report")
 @click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...; an id, not a secret)")
+@click.option(
+    "--dedicated-key",
+    is_flag=True,
+    help="Promise that this key is used only through this ledger, so the legacy usage report may settle its "
+    "open attempts (needs --admin-key-env and --api-key-id)",
+)
 @click.option("--warn-at", metavar="PCTS", help="Warn on stderr when spend passes these percents of the budget, such as 80,95 (the default), or off")
 @click.option("--replace", is_flag=True, help="Declare an existing account of this name anew (settings not given return to their defaults)")
-def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, warn_at, replace):
+def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only, admin_key_env, api_key_id, dedicated_key, warn_at, replace):
     """Declare an account in accounts.json in the llm user directory.
 
     The key itself is never written: KEY_ENV names where to find it at call time
@@ -521,8 +527,8 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
 
     The first attempt of a credit period fixes the account's monthly budget and key_env until
     the period ends, so --replace with another --budget is refused while this period holds a
-    budget for the account; the daily budget, rank, weight, models and client caps may change
-    at any time.
+    budget for the account; the daily budget, rank, weight, models, client caps and
+    --dedicated-key may change at any time.
 
     A budget, daily budget or client cap below the ceiling of a plain claude-routed prompt
     (see 'llm accounts prices') can never admit one: the account is added with a warning that
@@ -544,7 +550,7 @@ def add(name, key_env, budget, daily_budget, rank, weight, models, client_caps, 
     try:
         account = account_from_options(
             name, key_env, budget, daily_budget, rank, weight, models, client_caps, clients_only,
-            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at,
+            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at, dedicated_key=dedicated_key,
         )
         _check_against_ledger(account)
         path, replaced = add_account(account, replace=replace)
@@ -596,6 +602,12 @@ def _echo_changes(old, new):
 )
 @click.option("--admin-key-env", metavar="VAR", help="Variable (or 'llm keys' entry) holding the organization's Admin API key")
 @click.option("--api-key-id", metavar="ID", help="This key's id in the usage report (apikey_...)")
+@click.option(
+    "--dedicated-key/--no-dedicated-key",
+    default=None,
+    help="Promise that this key is used only through this ledger (the legacy usage report may then settle its "
+    "open attempts), or withdraw the promise",
+)
 @click.option("--warn-at", metavar="PCTS", help="Warn on stderr when spend passes these percents of the budget, such as 80,95 (the default), or off")
 @click.option(
     "clear",
@@ -605,13 +617,18 @@ def _echo_changes(old, new):
     help="Return a setting to its default: no daily budget, rank 0, weight 1, every priced model, no client caps, "
     "no admin key or key id, warnings at 80,95 (repeatable)",
 )
-def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, admin_key_env, api_key_id, warn_at, clear):
+def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_clients, clients_only, admin_key_env, api_key_id, dedicated_key, warn_at, clear):
     """Change some settings of a declared account in accounts.json and keep the others.
 
     Prints each setting it changed, old -> new. The key_env stays: an account keeps its key
     (declare a new account for another key). The monthly budget is fixed once a credit period
     has spent from it, so another --budget is refused until the period ends; the daily budget,
-    rank, weight, models and client caps may change at any time.
+    rank, weight, models, client caps and --dedicated-key may change at any time.
+
+    --dedicated-key promises that the account's key is used only through this ledger (no other
+    tool, script, Console workbench or batch job sends with it), so every request the usage
+    report shows for its api_key_id is one of the ledger's attempts: only then may the legacy
+    usage report settle its open attempts.
 
     \b
     Example:
@@ -619,12 +636,13 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
         llm accounts set shared --client-cap ci-bot=2000000tokens --remove-client alice
         llm accounts set work --clear daily-budget --clear models
         llm accounts set work --admin-key-env WORK_ADMIN_KEY
+        llm accounts set work --dedicated-key
         llm accounts set work --warn-at 50,90
     """
     from .declarations import changed_settings, set_account
     from .errors import AccountsError
 
-    given = (budget, daily_budget, rank, weight, clients_only, admin_key_env, api_key_id, warn_at)
+    given = (budget, daily_budget, rank, weight, clients_only, admin_key_env, api_key_id, dedicated_key, warn_at)
     if all(value is None for value in given) and not (models or client_caps or remove_clients or clear):
         fail(AccountsError(
             "declaration_invalid", "give at least one setting to change; 'llm accounts set --help' lists them"
@@ -634,7 +652,8 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
         return changed_settings(
             account, budget=budget, daily_budget=daily_budget, rank=rank, weight=weight, models=models,
             client_caps=client_caps, remove_clients=remove_clients, clients_only=clients_only,
-            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at, clear=clear,
+            admin_key_env=admin_key_env, api_key_id=api_key_id, warn_at=warn_at, dedicated_key=dedicated_key,
+            clear=clear,
         )
 
     try:
@@ -750,7 +769,8 @@ def _clients_json(account):
 def list_(json_):
     """List the declared accounts and where the declaration came from.
 
-    Shows names, key_env names, budgets, ranks, weights, models and client caps; never a key.
+    Shows names, key_env names, budgets, ranks, weights, models, client caps and whether a key
+    is declared dedicated; never a key. --json also shows admin_key_env and api_key_id.
 
     \b
     Example:
@@ -784,6 +804,9 @@ def list_(json_):
                         "models": list(a.models) if a.models is not None else None,
                         "clients": _clients_json(a),
                         "clients_only": a.clients_only,
+                        "admin_key_env": a.admin_key_env,
+                        "api_key_id": a.api_key_id,
+                        "dedicated_key": a.dedicated_key,
                     }
                     for a in declaration.accounts
                 ],
@@ -798,7 +821,14 @@ def list_(json_):
         return
     # The client caps column (docs/architecture.md "Client caps") appears once any account declares caps.
     capped = any(a.clients or a.client_tokens for a in declaration.accounts)
-    rows = [("name", "key_env", "budget", "daily", "rank", "weight", "models") + (("client caps",) if capped else ())]
+    # So does the dedicated key column (docs/architecture.md "Settling from the provider") once any
+    # account declares dedicated_key.
+    dedicated = any(a.dedicated_key for a in declaration.accounts)
+    rows = [
+        ("name", "key_env", "budget", "daily", "rank", "weight", "models")
+        + (("client caps",) if capped else ())
+        + (("dedicated key",) if dedicated else ())
+    ]
     for a in declaration.accounts:
         caps = ", ".join(
             [f"{label} ${usd_text(cap)}" for label, cap in a.clients]
@@ -817,6 +847,7 @@ def list_(json_):
                 ", ".join(a.models) if a.models is not None else "all priced",
             )
             + ((caps,) if capped else ())
+            + (("yes" if a.dedicated_key else "-",) if dedicated else ())
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:

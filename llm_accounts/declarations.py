@@ -58,6 +58,7 @@ FIELDS = (
     "clients_only",
     "admin_key_env",
     "api_key_id",
+    "dedicated_key",
     "warn_at",
 )
 REQUIRED = ("name", "key_env", "budget_usd")
@@ -91,6 +92,11 @@ class Account:
     # key's id in the usage report (docs/architecture.md "Settling from the provider").
     admin_key_env: str | None = None
     api_key_id: str | None = None
+    # The user's promise that this key is used through the ledger alone, so every request the
+    # usage report shows for api_key_id is one of the ledger's attempts (docs/architecture.md
+    # "Settling from the provider"). Policy, not credit: it may change at any time. Needs
+    # admin_key_env and api_key_id.
+    dedicated_key: bool = False
     # Budget warning thresholds in percent, rising (docs/architecture.md "Budget warnings"); None:
     # the default (thresholds.DEFAULT_WARN_AT), () no warnings.
     warn_at: tuple[int, ...] | None = None
@@ -327,6 +333,18 @@ def _clients(value, field):
     return tuple(sorted(caps)), tuple(sorted(token_caps))
 
 
+def _dedicated_key(value, field, admin_key_env, api_key_id):
+    """``dedicated_key``: a JSON boolean; true needs the key's id and its organization's Admin API
+    key (docs/architecture.md "Settling from the provider")."""
+    if not isinstance(value, bool):
+        raise invalid(f"{field}: must be true or false")
+    if value and api_key_id is None:
+        raise invalid(f"{field}: is true but no api_key_id is declared; declare this key's api_key_id, or leave dedicated_key out")
+    if value and admin_key_env is None:
+        raise invalid(f"{field}: is true but no admin_key_env is declared; declare the organization's admin_key_env, or leave dedicated_key out")
+    return value
+
+
 def _clients_only(value, field, clients):
     if not isinstance(value, bool):
         raise invalid(f"{field}: must be true or false")
@@ -349,6 +367,8 @@ def parse_account(item, field):
             raise invalid(f"{field(required)}: is required")
     daily = item.get("daily_budget_usd")
     clients, client_tokens = _clients(item["clients"], field("clients")) if "clients" in item else ((), ())
+    admin_key_env = _key_env(item["admin_key_env"], field("admin_key_env")) if "admin_key_env" in item else None
+    api_key_id = _api_key_id(item["api_key_id"], field("api_key_id")) if "api_key_id" in item else None
     return Account(
         name=_name(item["name"], field("name")),
         key_env=_key_env(item["key_env"], field("key_env")),
@@ -362,8 +382,9 @@ def parse_account(item, field):
         clients=clients,
         clients_only=_clients_only(item.get("clients_only", False), field("clients_only"), clients or client_tokens),
         client_tokens=client_tokens,
-        admin_key_env=_key_env(item["admin_key_env"], field("admin_key_env")) if "admin_key_env" in item else None,
-        api_key_id=_api_key_id(item["api_key_id"], field("api_key_id")) if "api_key_id" in item else None,
+        admin_key_env=admin_key_env,
+        api_key_id=api_key_id,
+        dedicated_key=_dedicated_key(item.get("dedicated_key", False), field("dedicated_key"), admin_key_env, api_key_id),
         warn_at=_warn_at(item["warn_at"], field("warn_at")) if "warn_at" in item else None,
     )
 
@@ -390,6 +411,7 @@ def parse_accounts(value, source):
     accounts = []
     names = {}
     key_envs = {}
+    api_key_ids = {}
     for index, item in enumerate(value):
         if not isinstance(item, dict):
             raise invalid(f"{_field(source, index)}: must be a JSON object")
@@ -406,12 +428,20 @@ def parse_accounts(value, source):
             raise invalid(
                 f"{field('key_env')}: repeats the key_env of account [{key_envs[account.key_env]}]; each account needs its own key"
             )
+        if account.api_key_id is not None and account.api_key_id in api_key_ids:
+            # Whatever the admin_key_env: two accounts settled from one key's usage would each
+            # take the same report row (docs/architecture.md "Settling from the provider").
+            raise invalid(
+                f"{field('api_key_id')}: repeats the api_key_id of account [{api_key_ids[account.api_key_id]}]; one API key id belongs to one account"
+            )
         if account.admin_key_env is not None and account.admin_key_env in key_envs:
             raise invalid(f"{field('admin_key_env')}: names the key_env of account [{key_envs[account.admin_key_env]}]; an Admin API key is not an API key")
         if account.admin_key_env == account.key_env or any(account.key_env == other.admin_key_env for other in accounts):
             raise invalid(f"{field('key_env')}: is also named as an admin_key_env; an Admin API key is not an API key")
         names[account.name] = index
         key_envs[account.key_env] = index
+        if account.api_key_id is not None:
+            api_key_ids[account.api_key_id] = index
         accounts.append(account)
     return tuple(accounts)
 
@@ -478,6 +508,7 @@ def account_from_options(
     admin_key_env=None,
     api_key_id=None,
     warn_at=None,
+    dedicated_key=False,
 ):
     """Build an account from ``llm accounts add``'s text options; errors name the option."""
     for text, option in ((budget, "--budget"), (daily_budget, "--daily-budget")):
@@ -502,6 +533,12 @@ def account_from_options(
             raise invalid("--admin-key-env: names the same variable as --key-env; an Admin API key is not an API key")
     if api_key_id is not None:
         fields["api_key_id"] = _api_key_id(api_key_id, "--api-key-id")
+    if dedicated_key:
+        if api_key_id is None:
+            raise invalid("--dedicated-key: needs --api-key-id naming this key's id in the usage report")
+        if admin_key_env is None:
+            raise invalid("--dedicated-key: needs --admin-key-env naming the organization's Admin API key")
+        fields["dedicated_key"] = True
     if warn_at is not None:
         fields["warn_at"] = _warn_at_option(warn_at)
     return Account(
@@ -518,7 +555,7 @@ CLEARABLE = ("daily-budget", "rank", "weight", "models", "client-caps", "admin-k
 
 def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weight=None, models=(),
                      client_caps=(), remove_clients=(), clients_only=None, admin_key_env=None, api_key_id=None,
-                     warn_at=None, clear=()):
+                     warn_at=None, dedicated_key=None, clear=()):
     """``account`` with only the settings given changed (``llm accounts set``); the rest are kept.
 
     ``clear`` names settings (``CLEARABLE``) that return to their defaults; client caps are
@@ -529,10 +566,10 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
     """
     for setting, given in (
         ("daily-budget", daily_budget), ("rank", rank), ("weight", weight), ("models", models or None),
-        ("admin-key", admin_key_env or api_key_id), ("warn-at", warn_at),
+        ("admin-key", admin_key_env or api_key_id or (True if dedicated_key else None)), ("warn-at", warn_at),
     ):
         if setting in clear and given is not None:
-            option = {"models": "--model", "admin-key": "--admin-key-env or --api-key-id"}.get(setting, f"--{setting}")
+            option = {"models": "--model", "admin-key": "--admin-key-env, --api-key-id or --dedicated-key"}.get(setting, f"--{setting}")
             raise invalid(f"--clear {setting}: {option} is given too; give one of them")
     changes = {}
     if budget is not None:
@@ -578,7 +615,19 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
         changes["warn_at"] = _warn_at_option(warn_at)
     elif "warn-at" in clear:
         changes["warn_at"] = None
-    if dataclasses.replace(account, **changes).clients_only and not (dollars or tokens):
+    if dedicated_key is not None:
+        changes["dedicated_key"] = bool(dedicated_key)
+    changed = dataclasses.replace(account, **changes)
+    if changed.dedicated_key and (changed.api_key_id is None or changed.admin_key_env is None):
+        if "admin-key" in clear:
+            raise invalid(
+                "--clear admin-key: the account declares dedicated_key, which needs admin_key_env and api_key_id; "
+                "add --no-dedicated-key to drop it too"
+            )
+        if changed.api_key_id is None:
+            raise invalid("--dedicated-key: the account declares no api_key_id; give --api-key-id naming this key's id in the usage report")
+        raise invalid("--dedicated-key: the account declares no admin_key_env; give --admin-key-env naming the organization's Admin API key")
+    if changed.clients_only and not (dollars or tokens):
         if "client-caps" in clear:
             raise invalid(
                 "--clear client-caps: the account serves only its listed clients; add --all-clients to open it "
@@ -590,7 +639,7 @@ def changed_settings(account, *, budget=None, daily_budget=None, rank=None, weig
             "--remove-client: that leaves no client on an account that serves only its listed clients; "
             "add --all-clients to open it to every client"
         )
-    return dataclasses.replace(account, **changes)
+    return changed
 
 
 def _setting_texts(account):
@@ -606,6 +655,7 @@ def _setting_texts(account):
         "clients_only": "true" if account.clients_only else "false",
         "admin_key_env": account.admin_key_env or "none",
         "api_key_id": account.api_key_id or "none",
+        "dedicated_key": "true" if account.dedicated_key else "false",
         "warn_at": (
             "default (80, 95)" if account.warn_at is None else ", ".join(map(str, account.warn_at)) or "off"
         ),
@@ -880,6 +930,8 @@ def account_to_json(account):
         data["admin_key_env"] = account.admin_key_env
     if account.api_key_id is not None:
         data["api_key_id"] = account.api_key_id
+    if account.dedicated_key:
+        data["dedicated_key"] = True
     if account.warn_at is not None:
         data["warn_at"] = list(account.warn_at)
     return data
@@ -965,7 +1017,20 @@ def _add_account(account, replace):
             raise invalid(
                 f"--key-env: account {other.name} already uses this key_env; each account needs its own key"
             )
+    _refuse_a_shared_api_key_id(account, accounts)
     return save_accounts_file(accounts, lookup), None if existing is None else replaced
+
+
+def _refuse_a_shared_api_key_id(account, accounts):
+    """``add`` and ``set`` name the option and the other account, never the id (the declaration's
+    own rule, ``parse_accounts``, names field paths)."""
+    if account.api_key_id is None:
+        return
+    for other in accounts:
+        if other.name != account.name and other.api_key_id == account.api_key_id:
+            raise invalid(
+                f"--api-key-id: account {other.name} already declares this api_key_id; one API key id belongs to one account"
+            )
 
 
 def set_account(name, change, *, check=None):
@@ -986,6 +1051,8 @@ def set_account(name, change, *, check=None):
         new = change(old)
         if new == old:
             return accounts_file_path(), old, new
+        if new.api_key_id != old.api_key_id:
+            _refuse_a_shared_api_key_id(new, accounts)
         if check is not None:
             check(new)
         accounts[index] = new

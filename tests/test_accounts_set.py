@@ -233,3 +233,14 @@ def test_set_refuses_an_admin_key_env_that_is_the_accounts_own_key_env(shared, u
     line = one_line_error(run("set", "shared", "--admin-key-env", "SHARED_KEY"))
     assert line.startswith("Error: declaration_invalid: --admin-key-env: names the same variable as the account's key_env")
     assert stored(user_path) == [shared]
+
+
+def test_set_refuses_an_api_key_id_another_account_declares_without_writing(shared, user_path):
+    assert run("add", "work", "--key-env", "WORK_KEY", "--budget", "50", "--api-key-id", "apikey_01QzSharedMarker7").exit_code == 0
+    before = (user_path / "accounts.json").read_text()
+    line = one_line_error(run("set", "shared", "--api-key-id", "apikey_01QzSharedMarker7"))
+    assert line == (
+        "Error: declaration_invalid: --api-key-id: account work already declares this api_key_id; "
+        "one API key id belongs to one account"
+    )
+    assert (user_path / "accounts.json").read_text() == before

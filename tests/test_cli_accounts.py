@@ -147,6 +147,26 @@ def test_add_refuses_a_key_env_another_account_uses(user_path):
     assert len(stored(user_path)["accounts"]) == 1
 
 
+def test_add_refuses_an_api_key_id_another_account_declares_without_writing(user_path):
+    add_work("--admin-key-env", "ORG_ADMIN", "--api-key-id", "apikey_01QzSharedMarker7")
+    before = (user_path / "accounts.json").read_text()
+    result = run("add", "home", "--key-env", "HOME_KEY", "--budget", "5", "--admin-key-env", "OTHER_ORG_ADMIN",
+                 "--api-key-id", "apikey_01QzSharedMarker7")
+    assert result.exit_code == 1
+    assert result.output == (
+        "Error: declaration_invalid: --api-key-id: account work already declares this api_key_id; "
+        "one API key id belongs to one account\n"
+    )
+    assert (user_path / "accounts.json").read_text() == before
+
+
+def test_add_replace_keeps_its_own_api_key_id(user_path):
+    add_work("--api-key-id", "apikey_01work")
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "20", "--api-key-id", "apikey_01work", "--replace")
+    assert result.exit_code == 0, result.output
+    assert stored(user_path)["accounts"][0]["api_key_id"] == "apikey_01work"
+
+
 def test_add_refuses_to_build_on_an_invalid_file(user_path):
     (user_path / "accounts.json").write_text('{"accounts": [{"name": "x"}]}')
     result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "1")
@@ -263,6 +283,9 @@ def test_list_json(tmp_path):
                 "models": None,
                 "clients": {},
                 "clients_only": False,
+                "admin_key_env": None,
+                "api_key_id": None,
+                "dedicated_key": False,
             }
         ],
         "lookup": None,

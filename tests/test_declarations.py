@@ -190,6 +190,16 @@ CANARY_CASES = {
         "ANTHROPIC_ACCOUNTS[1].key_env",
         "its own key",
     ),
+    "a duplicate api_key_id": (
+        lambda k: json.dumps([{**GOOD, "api_key_id": "apikey_01QzDuplicate"}, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1", "api_key_id": "apikey_01QzDuplicate"}]),
+        "ANTHROPIC_ACCOUNTS[1].api_key_id",
+        "one API key id belongs to one account",
+    ),
+    "dedicated_key is a string": (
+        lambda k: declare(admin_key_env="WORK_ADMIN", api_key_id="apikey_01abc", dedicated_key=k),
+        "ANTHROPIC_ACCOUNTS[0].dedicated_key",
+        "true or false",
+    ),
 }
 
 
@@ -710,3 +720,39 @@ def test_accounts_json_round_trips_the_admin_fields(user_path):
     account = Account("work", "WORK_KEY", 10**9, admin_key_env="WORK_ADMIN", api_key_id="apikey_01abc")
     save_accounts_file([account], None)
     assert load_declaration().accounts == (account,)
+
+
+# One API key id belongs to one account (docs/architecture.md "An account declaration"): two
+# accounts settled from one key's usage would each take the same report row.
+
+SHARED_ID = "apikey_01QzSharedMarker7"
+
+
+@pytest.mark.parametrize(
+    "first_admin, second_admin",
+    [("ORG_ADMIN", "ORG_ADMIN"), ("ORG_A_ADMIN", "ORG_B_ADMIN"), (None, None), ("ORG_ADMIN", None)],
+    ids=["one organization", "two organizations", "no admin key", "one admin key"],
+)
+def test_two_accounts_declaring_one_api_key_id_are_refused_whatever_their_admin_keys(first_admin, second_admin):
+    first = {**GOOD, "api_key_id": SHARED_ID, **({"admin_key_env": first_admin} if first_admin else {})}
+    second = {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1", "api_key_id": SHARED_ID,
+              **({"admin_key_env": second_admin} if second_admin else {})}
+    message = refusal(json.dumps([first, second]), "x" * 20)
+    assert message == (
+        "declaration_invalid: ANTHROPIC_ACCOUNTS[1].api_key_id: repeats the api_key_id of account [0]; "
+        "one API key id belongs to one account"
+    )
+
+
+def test_a_repeated_api_key_id_is_never_repeated_in_the_error():
+    accounts = [{**GOOD, "api_key_id": SHARED_ID}, {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1"},
+                {"name": "play", "key_env": "PLAY_KEY", "budget_usd": "1", "api_key_id": SHARED_ID}]
+    message = refusal(json.dumps(accounts), "x" * 20, source="accounts.json")
+    assert message.startswith("declaration_invalid: accounts[2].api_key_id in accounts.json: repeats the api_key_id of account [0]")
+    assert "QzSharedMarker7" not in message
+
+
+def test_accounts_with_distinct_api_key_ids_of_one_organization_are_accepted():
+    text = json.dumps([{**GOOD, "admin_key_env": "ORG_ADMIN", "api_key_id": "apikey_01work"},
+                       {"name": "home", "key_env": "HOME_KEY", "budget_usd": "1", "admin_key_env": "ORG_ADMIN", "api_key_id": "apikey_01home"}])
+    assert [a.api_key_id for a in parse_accounts(text, "environment")] == ["apikey_01work", "apikey_01home"]

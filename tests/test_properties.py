@@ -21,7 +21,10 @@ from llm_accounts.wire import sse_lines
 from test_scrub import expected_stream, stream, view
 
 KEY_ALPHABET = string.ascii_letters + string.digits + "-_"
-FIELDS = ("name", "key_env", "budget_usd", "daily_budget_usd", "rank", "weight", "models", "clients", "clients_only")
+FIELDS = (
+    "name", "key_env", "budget_usd", "daily_budget_usd", "rank", "weight", "models", "clients", "clients_only",
+    "admin_key_env", "api_key_id", "dedicated_key", "warn_at",
+)
 
 # --- Declarations and dotenv: only AccountsError, and never the value --------------------------
 
