@@ -23,8 +23,8 @@ def held_open(attempt_id, account_name, ceiling_nusd, outcome, *, automatic=Fals
     """The line for ``attempt_id`` left open with ``outcome`` on account ``account_name``."""
     if automatic:
         how = (
-            "the provider's usage report settles it automatically once final (about ten minutes) where "
-            f"it leaves no doubt; else 'llm accounts reconcile {attempt_id} --cost USD --source REF'"
+            "the provider's usage report settles it automatically once it proves what it cost (minutes after "
+            f"the report refreshes); else 'llm accounts reconcile {attempt_id} --cost USD --source REF'"
         )
     else:
         how = (

@@ -132,8 +132,8 @@ def test_an_account_with_an_admin_key_is_settled_from_the_usage_report():
     line = notices.held_open("a1", "work", 7_920_000_000, "cancelled", automatic=notices.settles_automatically(account))
     assert line == (
         "Warning: attempt a1 keeps $7.92 open on account 'work' (cancelled); "
-        "the provider's usage report settles it automatically once final (about ten minutes) where it leaves "
-        "no doubt; else 'llm accounts reconcile a1 --cost USD --source REF'"
+        "the provider's usage report settles it automatically once it proves what it cost (minutes after the "
+        "report refreshes); else 'llm accounts reconcile a1 --cost USD --source REF'"
     )
 
 
