@@ -27,7 +27,7 @@ from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db alr
 MODEL = "claude-routed/claude-haiku-4-5"
 HAIKU = "claude-haiku-4-5-20251001"
 START = dt.datetime(2026, 12, 31, 23, 50, 5, tzinfo=dt.timezone.utc)  # a credit period's last minutes
-AFTER_FINAL = provider_usage.FINAL_AFTER + dt.timedelta(minutes=2)
+AFTER_FINAL = provider_usage.LEGACY_FINAL_AFTER + dt.timedelta(minutes=2)
 
 
 class Clock:
@@ -124,7 +124,7 @@ def test_an_interrupted_prompt_is_settled_from_the_report_at_what_the_stand_in_b
     [entry] = [r for r in org.requests if r["path"] == "/v1/messages"]
     [row] = rows(ledger_path)
     assert (row["state"], row["cost_nusd"]) == ("settled", billed(entry))
-    assert sources(ledger_path) == [f"usage_report:messages:2026-12-31T23:50Z:{default_api_key_id('alpha')}:{HAIKU}"]
+    assert sources(ledger_path) == [f"usage_report:analytics:2026-12-31T23:50Z..2026-12-31T23:51Z:{default_api_key_id('alpha')}:{HAIKU}"]
     assert f"alpha: 1 settled" in result.output and "0 kept open" in result.output
 
 
@@ -143,7 +143,8 @@ def test_a_stream_still_running_is_not_settled_from_the_report_however_old(org, 
     assert (row["state"], row["outcome"]) == ("open", None)
     [alpha, beta] = json.loads(result.output)
     assert [k["reason"] for k in alpha["kept_open"]] == ["in_flight"]
-    # Its outcome recorded (stream_closed), the same report settles it.
+    # Its outcome recorded (stream_closed), the report settles it once it is fresh past it.
+    fake_clock.advance(minutes=4)
     assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
     assert rows(ledger_path)[0]["state"] == "settled"
 
@@ -176,20 +177,51 @@ def test_what_the_ledger_settled_in_the_same_minute_is_taken_away(org, ledger_pa
     assert (closed["state"], closed["cost_nusd"]) == ("settled", billed(entry))
 
 
-def test_two_open_attempts_in_one_minute_stay_open_and_the_command_says_why(org, ledger_path, fake_clock):
+def test_two_open_attempts_in_one_minute_settle_as_a_group_at_the_exact_total(org, ledger_path, fake_clock):
+    # Before: both stayed open for ever ("ambiguous") and needed a guessed reconcile by hand.
     interrupted()
     fake_clock.advance(seconds=5)
     interrupted()
     fake_clock.advance(minutes=12)
     result = llm_cli("accounts", "reconcile", "--from-provider")
     assert result.exit_code == 0, result.output
-    assert [r["state"] for r in rows(ledger_path)] == ["open", "open"]
-    assert result.output.count("kept open (ambiguous): 2 open attempts share its minutes on this key and model") == 2
+    first, second = rows(ledger_path)
+    entries = [r for r in org.requests if r["path"] == "/v1/messages"]
+    assert (first["state"], second["state"]) == ("settled", "settled")
+    assert first["cost_nusd"] + second["cost_nusd"] == sum(billed(e) for e in entries)
+    assert all(source.endswith(":joint:2") for source in sources(ledger_path))
+    assert "alpha: 2 settled" in result.output
+
+
+def test_another_tools_request_on_the_key_in_the_same_minute_keeps_the_attempt_open(org, ledger_path, fake_clock):
+    interrupted()
+    usage = {"input_tokens": 10, "output_tokens": 2, "cache_read_input_tokens": 0,
+             "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0}}
+    org.add_usage("org-alpha", default_api_key_id("alpha"), HAIKU, usage, at=fake_clock() + 10)
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+    assert result.exit_code == 0, result.output
+    [alpha, _] = json.loads(result.output)
+    assert [k["reason"] for k in alpha["kept_open"]] == ["requests_differ"]
+    assert rows(ledger_path)[0]["state"] == "open"
+
+
+def test_a_second_reconcile_within_a_minute_does_not_poll_the_organization_again(org, ledger_path, fake_clock):
+    interrupted()
+    fake_clock.advance(minutes=12)
+    interrupted()
+    fake_clock.advance(seconds=30)
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    polls = len([r for r in org.requests if "/organizations/" in r["path"]])
+    again = llm_cli("accounts", "reconcile", "--from-provider")
+    assert again.exit_code == 0
+    assert "read less than a minute ago" in again.output
+    assert len([r for r in org.requests if "/organizations/" in r["path"]]) == polls
 
 
 def test_a_minute_not_yet_final_stays_open(org, ledger_path, fake_clock):
     interrupted()
-    fake_clock.advance(minutes=5)
+    fake_clock.advance(minutes=2)
     result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
     assert result.exit_code == 0, result.output
     [alpha, beta] = json.loads(result.output)
@@ -205,7 +237,7 @@ def test_an_unreadable_report_keeps_every_attempt_open_and_exits_non_zero(org, l
     (user_path / "keys.json").write_text(json.dumps(stored))
     result = llm_cli("accounts", "reconcile", "--from-provider")
     assert result.exit_code == 1
-    assert "alpha: usage report not read: auth_failed: GET /v1/organizations/usage_report/messages answered HTTP 401" in result.output
+    assert "alpha: usage report not read: auth_failed: GET /v1/organizations/analytics/usage answered HTTP 401" in result.output
     assert result.output.splitlines()[-1] == (
         "Error: auth_failed: could not read the usage report of alpha; their open attempts stay open"
     )
@@ -314,6 +346,7 @@ def test_a_second_pass_records_nothing_new(org, ledger_path, fake_clock):
     interrupted()
     fake_clock.advance(minutes=12)
     assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    fake_clock.advance(minutes=1)
     again = llm_cli("accounts", "reconcile", "--from-provider")
     assert again.exit_code == 0
     assert len(sources(ledger_path)) == 1
