@@ -358,3 +358,14 @@ def test_prices_add_refuses_a_multiplier_below_one_without_repeating_it(user_pat
     assert result.exit_code != 0
     assert "Error: declaration_invalid: FILE: models[0].inference_geo.us: a multiplier must be" in result.output
     assert "0.95" not in result.output
+
+
+# llm accounts prices ---------------------------------------------------------------------------
+
+
+def test_prices_json_gives_each_models_geo_multipliers_as_decimal_strings():
+    result = CliRunner().invoke(cli, ["accounts", "prices", "--json"])
+    models = {model["id"]: model for model in json.loads(result.output)["models"]}
+    assert models[SONNET_46]["inference_geo"] == {"us": "1.1"}
+    assert models[HAIKU_45]["inference_geo"] is None
+    assert models[SONNET_46]["ceiling_nusd"] == 8_712_000_000  # $7.92 at standard rates, times 1.1
