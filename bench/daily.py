@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/daily.py [--delay 0.5] [--postgres start|none|URL] [--wait SECONDS]
 
-Every attempt reserves its model's whole ceiling ($7.92 for plain ``claude-routed``), so a few
+Every attempt reserves its model's whole ceiling ($8.712 for plain ``claude-routed``), so a few
 prompts in flight fill a small budget though almost nothing is spent. Each scenario runs on a
 fresh llm user directory, ledger and loopback stand-in (``llm_accounts.standin``, every answer
 slowed by ``--delay`` seconds before its headers and between its events, so prompts overlap),
@@ -12,7 +12,7 @@ with no option: the default wait bound (``llm_accounts.room.DEFAULT_WAIT_S``) un
 - ``cli x6``: six real ``llm -m claude-routed`` processes started together on two $20 accounts
   (two ceilings fit an account at a time);
 - ``async x20`` and ``async x100``: one process, a batch of 20 (then 100) prompts through llm's
-  async Python API gathered at once, on two $50 accounts (six ceilings fit an account). Each
+  async Python API gathered at once, on two $50 accounts (five ceilings fit an account). Each
   prompt has its own model object, so its own scope (issue 21 point 4 makes that so for one
   object too);
 

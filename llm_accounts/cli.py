@@ -140,7 +140,7 @@ def standin(port, config_path, host):
     behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
     STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed) once it listens, ready for 'llm
     accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00' (a budget above the default
-    model's $7.92 ceiling). A stand-in that cannot listen leaves the stored keys alone.
+    model's $8.712 ceiling). A stand-in that cannot listen leaves the stored keys alone.
 
     Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
     key without it wherever it appears in a reply, which garbles text when the key begins with
@@ -252,7 +252,7 @@ def prices(ctx, json_, model_id):
         return
     from . import price_book
     from .errors import AccountsError
-    from .pricing import RATE_NAMES, per_mtok
+    from .pricing import RATE_NAMES, multiplier_text, per_mtok
 
     book = price_book.current()
     revision = book.shipped
@@ -313,6 +313,7 @@ def prices(ctx, json_, model_id):
                             if p.long_context
                             else None
                         ),
+                        "inference_geo": {geo: multiplier_text(m) for geo, m in p.inference_geo} or None,
                         "price_revision": book.revision_of(p.id).id,
                     }
                     for p in models
@@ -369,6 +370,17 @@ def prices(ctx, json_, model_id):
         click.echo("\nAliases (exact names only):")
         for model, names in aliases:
             click.echo(f"  {', '.join(names)} -> {model}")
+    geos = {}
+    for p in models:
+        if p.inference_geo:
+            geos.setdefault(", ".join(f"{geo} {multiplier_text(m)}x" for geo, m in p.inference_geo), []).append(p.id)
+    if geos:
+        click.echo(
+            "\nInference geo multipliers (every token category; a ceiling covers the largest unless"
+            " -o inference_geo global; docs/pricing.md \"Inference geo (data residency)\"):"
+        )
+        for multipliers, ids in geos.items():
+            click.echo(f"  {multipliers}: {', '.join(ids)}")
 
 
 @prices.command(name="add")

@@ -87,6 +87,11 @@ class RoutedOptions(llm.Options):
         description="Extended thinking with this token budget (at least 1024; the budgeted mode on any model)",
         default=None,
     )
+    inference_geo: Optional[str] = Field(
+        description="Where inference runs: us (US-only, billed 1.1x) or global (standard rates, and a 1.0x ceiling); "
+        "sent as inference_geo, on Claude Opus 4.6, Sonnet 4.6 and later models",
+        default=None,
+    )
     retries: Optional[int] = Field(
         description="Retries on the same account after a 429 or 529 or a connection that never sent the request, "
         "waiting at most 60 s in all (default 2; 0 turns retries and cooldown waits off)",
@@ -166,6 +171,14 @@ class RoutedOptions(llm.Options):
             raise ValueError("must be one of: none, 5m, 1h (or true/false)")
         return value
 
+    @field_validator("inference_geo")
+    @classmethod
+    def validate_inference_geo(cls, value):
+        # The geos a request may pin (docs/pricing.md "Inference geo (data residency)").
+        if value is not None and value not in payload.INFERENCE_GEOS:
+            raise ValueError(f"must be one of: {', '.join(payload.INFERENCE_GEOS)}")
+        return value
+
     @field_validator("user_id")
     @classmethod
     def validate_user_id(cls, value):
@@ -241,6 +254,7 @@ LLM_ANTHROPIC = {
     "thinking": "`thinking`",
     "thinking_budget": "none (llm-anthropic budgets 1,024 tokens on older models)",
     "thinking_effort": "`thinking_effort`",
+    "inference_geo": "none (data residency)",
     "retries": "none (its SDK retries twice)",
     "wait": "none (routing)",
     "account": "none (routing)",

@@ -16,6 +16,8 @@ from .errors import AccountsError
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_THINKING_BUDGET = 1024
 CACHE_TTLS = ("none", "5m", "1h")
+# -o inference_geo: the geos a request may pin (docs/pricing.md "Inference geo (data residency)").
+INFERENCE_GEOS = ("us", "global")
 # --schema is sent as this forced tool; its input comes back to llm as the JSON text answer.
 SCHEMA_TOOL = "output_structured_data"
 
@@ -99,6 +101,11 @@ def build_body(prompt, model_id, *, stream, capabilities=None, hide_reasoning=Fa
             raise AccountsError(
                 "declaration_invalid", "--schema: each schema needs a type, anyOf, oneOf, allOf, const or enum"
             ) from None
+    geo = getattr(options, "inference_geo", None)
+    if geo:
+        # Only with the option: without it the body is byte for byte what it was, and the
+        # workspace's default geo applies (the ceiling covers it).
+        body["inference_geo"] = geo
     if stream:
         body["stream"] = True
     return body

@@ -6,7 +6,8 @@ the same way (``user_prices``; ``price_book`` decides which revision prices each
 "Which price wins"): exact model ids and aliases, each
 model's context window and maximum output, and five rates in integer nanodollars per token
 (fresh input, 5-minute cache write, 1-hour cache write, cache read, output), optionally with a
-long-context tier. Nothing here guesses: a model or request feature the revision does not price
+long-context tier and data-residency multipliers (docs/pricing.md "Inference geo (data
+residency)"). Nothing here guesses: a model or request feature the revision does not price
 is refused before sending, and usage that cannot be priced exactly settles as ``None`` (the
 ceiling stays open), never as zero.
 
@@ -52,6 +53,9 @@ PRICED_FIELDS = frozenset(
         "output_format",
         "cache_control",
         "service_tier",
+        # Priced only on a model whose revision holds its geo multipliers, checked with the
+        # model's price (request_geo_multiplier; docs/pricing.md "Inference geo (data residency)").
+        "inference_geo",
     }
 )
 # Fields that carry a charge beyond tokens (or change the rates); named so the refusal says why.
@@ -60,7 +64,6 @@ UNPRICED_FIELDS = {
     "container": "code-execution containers",
     "context_management": "context management (context editing and compaction)",
     "speed": "fast mode (speed)",
-    "inference_geo": "data residency (inference_geo)",
     "requests": "Message Batches",
 }
 PRICED_SERVICE_TIERS = (None, "standard_only", "auto")
@@ -90,10 +93,17 @@ CACHE_TTLS = ("5m", "1h")
 # the attempt open (docs/pricing.md "What keeps an attempt open").
 STANDARD_SPEEDS = (None, "standard")
 STANDARD_SERVICE_TIERS = (None, "standard")
+# The standard routing: billed at the model's own rates (a multiplier of 1). "not_available" is
+# what a model without data residency reports (docs/pricing.md "Inference geo (data residency)").
 STANDARD_INFERENCE_GEOS = (None, "not_available", "global")
+# The geo a request names to ask for the standard routing explicitly.
+GLOBAL_GEO = "global"
 
 REVISION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
 _FRACTION = re.compile(r"([0-9]+)/([1-9][0-9]*)")
+# A geo name a revision may price ("us"), and its multiplier as a decimal string ("1.1").
+_GEO_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+_MULTIPLIER = re.compile(r"[0-9]{1,3}(\.[0-9]{1,9})?")
 
 
 @dataclass(frozen=True)
@@ -121,6 +131,10 @@ class ModelPrice:
     status: str  # "active" | "deprecated" | "retired" (kept to settle old attempts; never quoted)
     rates: Rates
     long_context: tuple[int, Rates] | None = None  # (threshold on total input tokens, rates above it)
+    # Data residency: ((geo, multiplier), ...) sorted by geo, each multiplier an exact Fraction >= 1
+    # applied to every token category (docs/pricing.md "Inference geo (data residency)"). Empty:
+    # the model has only the standard routing, and a request naming a geo is not priced.
+    inference_geo: tuple[tuple[str, Fraction], ...] = ()
 
     def rates_for(self, total_input_tokens):
         """The tier a request with this many input tokens (fresh + written + read) is billed at."""
@@ -134,6 +148,11 @@ class ModelPrice:
         if self.long_context is not None and input_tokens > self.long_context[0]:
             tiers.append(self.long_context[1])
         return tiers
+
+    @property
+    def geo_multipliers(self):
+        """``{geo: Fraction}`` of the geos this model prices beyond the standard routing."""
+        return dict(self.inference_geo)
 
 
 @dataclass(frozen=True)
@@ -229,6 +248,7 @@ MODEL_FIELDS = {
     "status": True,
     "rates": True,
     "long_context": False,
+    "inference_geo": False,  # docs/pricing.md "Inference geo (data residency)"
 }
 LONG_CONTEXT_FIELDS = {"above_input_tokens": True, "rates": True}
 MAX_MODEL_ID_CHARS = 128  # as long as an id a model list may hold (catalog.MAX_ID_CHARS)
@@ -346,6 +366,7 @@ def _model_price(data, where):
             _rates(tier["rates"], f"{where}.long_context.rates"),
         )
     display_name = data.get("display_name")
+    inference_geo = _geo_multipliers(data["inference_geo"], f"{where}.inference_geo") if "inference_geo" in data else ()
     return ModelPrice(
         id=model_id,
         aliases=aliases,
@@ -355,7 +376,33 @@ def _model_price(data, where):
         status=data["status"],
         rates=_rates(data["rates"], f"{where}.rates"),
         long_context=long_context,
+        inference_geo=inference_geo,
     )
+
+
+def _geo_multipliers(data, where):
+    """``{"us": "1.1"}``: per geo a model prices, the multiplier its every token category is
+    billed at there, as an exact decimal string (docs/pricing.md "Inference geo (data
+    residency)"). The standard routing ("global", "not_available") is always 1 and is not listed.
+    A multiplier below 1 is refused: no geo is billed below the standard rates, and a mistyped one
+    ("0.11" for "1.1") would settle every answer there at a fraction of its bill, which no ceiling
+    catches."""
+    if not isinstance(data, dict) or not data:
+        raise PriceFileError(f'{where}: must be a non-empty object of geo to multiplier, such as {{"us": "1.1"}}')
+    multipliers = []
+    for name, value in data.items():
+        # The name is the file's text: it is shown only once it has the shape of a geo name.
+        if not isinstance(name, str) or not _GEO_NAME.fullmatch(name) or looks_like_key(name):
+            raise PriceFileError(f"{where}: each name must be a geo such as us (lower-case letters, digits, '_' or '-')")
+        if name in STANDARD_INFERENCE_GEOS:
+            raise PriceFileError(f"{where}.{name}: the standard routing is billed at the model's own rates and is not listed")
+        if not isinstance(value, str) or not _MULTIPLIER.fullmatch(value) or Fraction(value) < 1:
+            raise PriceFileError(
+                f'{where}.{name}: a multiplier must be a decimal string of at least 1, such as "1.1" '
+                "(at most 3 digits before the point and 9 after)"
+            )
+        multipliers.append((name, Fraction(value)))
+    return tuple(sorted(multipliers))
 
 
 def revision_from_dict(data, origin=SHIPPED):
@@ -681,6 +728,62 @@ def _warm_prefix(request, model_id):
     return cert, hour_after_key
 
 
+# Inference geo (data residency) --------------------------------------------------------------
+
+
+def geo_multiplier(model_price, geo):
+    """The multiplier a model's every token category is billed at for inference in ``geo``, as an
+    exact ``Fraction``; None when the revision does not price that geo for the model.
+
+    The standard routing (``"global"``, ``"not_available"``, a null or absent geo) is 1 on every
+    model; any other geo is priced only where the model's price lists it (``{"us": "1.1"}`` on
+    the models from Claude Opus 4.6 and Sonnet 4.6 on in the shipped revision). Server-tool fees
+    are never multiplied (docs/pricing.md "Inference geo (data residency)").
+    """
+    if geo in STANDARD_INFERENCE_GEOS:
+        return Fraction(1)
+    if not isinstance(geo, str):
+        return None
+    return model_price.geo_multipliers.get(geo)
+
+
+def ceiling_geo_multiplier(model_price, pinned=None):
+    """The geo multiplier a ceiling must cover (docs/pricing.md "Inference geo (data residency)").
+
+    A request that names no geo runs where its workspace's default geo says, which the request
+    cannot see and the provider may bill at any geo the model has: the worst case is the largest
+    multiplier (never below 1). A request that pins a geo is billed at that geo's multiplier.
+    """
+    if pinned is None:
+        return max((Fraction(1), *model_price.geo_multipliers.values()))
+    return geo_multiplier(model_price, pinned)
+
+
+def request_geo_multiplier(request, model_price, revision):
+    """The ceiling's geo multiplier for a request, or ``unsupported_pricing`` when its
+    ``inference_geo`` is not priced: a model with no geo pricing (the provider answers 400 to the
+    field on models before Claude Opus 4.6), or a value other than "global" and the geos the model
+    prices. The value itself is never repeated."""
+    if "inference_geo" not in request:
+        return ceiling_geo_multiplier(model_price)
+    geos = sorted(model_price.geo_multipliers)
+    if not geos:
+        _refuse(
+            "inference_geo",
+            f"{model_price.id} has no data-residency pricing in this revision (models before Claude Opus 4.6 "
+            "do not take the field); remove it",
+            revision,
+        )
+    pinned = request["inference_geo"]
+    if not isinstance(pinned, str) or (pinned != GLOBAL_GEO and pinned not in geos):
+        _refuse(
+            "inference_geo",
+            f"only {', '.join(repr(name) for name in (GLOBAL_GEO, *geos))} are priced on {model_price.id}",
+            revision,
+        )
+    return ceiling_geo_multiplier(model_price, pinned)
+
+
 # Quote and settlement ------------------------------------------------------------------------
 
 
@@ -697,6 +800,10 @@ def quote(body, revision=None):
     and writing at most max_tokens, and each fee-bearing use is bounded by its tool's max_uses:
     ``C = ceil(N * (Imax * Pin + Omax * Pout)) + sum(max_uses * fee)``, the tiers taken over the
     N windows' input.
+
+    Every token part is multiplied by the geo multiplier the request can be billed at
+    (``request_geo_multiplier``), fees are not: ``C = ceil(G * N * (...)) + fees``
+    (docs/pricing.md "Inference geo (data residency)").
     """
     if not isinstance(body, (bytes, bytearray)):
         raise TypeError("quote() takes the frozen request bytes")
@@ -720,6 +827,7 @@ def quote(body, revision=None):
     if price.status == "retired":
         _refuse("model", f"{price.id} is retired; choose an active model from 'llm accounts prices'", revision)
     _check_features(request, revision)
+    geo = request_geo_multiplier(request, price, revision)
     max_tokens = request.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens <= 0:
         _refuse("max_tokens", "required, a positive integer", revision)
@@ -730,7 +838,7 @@ def quote(body, revision=None):
     tiers = price.tiers_up_to(samplings * price.context_window)
     pin = max(rate for tier in tiers for rate in tier.input_side())
     pout = max(tier.output for tier in tiers)
-    ceiling = math.ceil(samplings * (price.context_window * pin + max_tokens * pout)) + tools.fees_nusd
+    ceiling = math.ceil(geo * samplings * (price.context_window * pin + max_tokens * pout)) + tools.fees_nusd
     cert, hour_after_key = _warm_prefix(request, model_id)
     return Quote(
         requested_model=model_id,
@@ -830,13 +938,11 @@ def _empty(value):
 
 
 def _check_modifiers(usage):
-    """Refuse rate modifiers the revision does not price (fast, batch, priority, geo) and
-    server-tool counts that are not counts."""
+    """Refuse rate modifiers the revision does not price (fast, batch, priority) and server-tool
+    counts that are not counts. The geo is priced per model (``geo_multiplier``)."""
     if usage.get("speed") not in STANDARD_SPEEDS:
         raise _Incomplete
     if usage.get("service_tier") not in STANDARD_SERVICE_TIERS:
-        raise _Incomplete
-    if usage.get("inference_geo") not in STANDARD_INFERENCE_GEOS:
         raise _Incomplete
     server_tools = usage.get("server_tool_use")
     if server_tools is not None:
@@ -852,6 +958,13 @@ def settlement_cost(usage, served_model, request_body, revision):
     ``A = ceil(input*Pin + read*Pread + w5*P5m + w1h*P1h + output*Pout)`` at the tier the
     request's total input (fresh + written + read) falls in (docs/pricing.md "Settlement cost"),
     plus each ``server_tool_use`` count times its fee in the revision.
+
+    The usage's ``inference_geo`` multiplies the whole token cost before it is rounded up, and
+    never the fees: ``ceil(A_tokens * G) + fees``, G from ``geo_multiplier`` (1 for "global",
+    "not_available", null or absent; docs/pricing.md "Inference geo (data residency)"). A geo
+    the model's price does not list settles as None. ``request_body`` may be None when the usage
+    carries its cache-write breakdown (a provider report row's counts, say).
+
     None means the usage is incomplete or carries something the revision does not price: keep
     the ceiling open.
     """
@@ -869,18 +982,35 @@ def settlement_cost(usage, served_model, request_body, revision):
         w5, w1h = _cache_writes(usage, created, request_body)
     except _Incomplete:
         return None
+    geo = geo_multiplier(price, usage.get("inference_geo"))
+    if geo is None:
+        return None
     fees = tool_bounds.fees_due(usage.get("server_tool_use"), revision.server_tool_fees)
     if fees is None:
         return None
     rates = price.rates_for(fresh + created + read)
-    return fees + math.ceil(
+    tokens = (
         fresh * rates.input
         + read * rates.cache_read
         + w5 * rates.write_5m
         + w1h * rates.write_1h
         + output * rates.output
     )
+    return fees + math.ceil(geo * tokens)
 
+
+
+def multiplier_text(multiplier):
+    """A geo multiplier as the exact decimal string a price file writes: Fraction(11, 10) -> "1.1"."""
+    multiplier = Fraction(multiplier)
+    whole, rest = divmod(multiplier.numerator, multiplier.denominator)
+    digits = ""
+    while rest and len(digits) < 12:
+        digit, rest = divmod(rest * 10, multiplier.denominator)
+        digits += str(digit)
+    if rest:
+        return f"{multiplier.numerator}/{multiplier.denominator}"
+    return f"{whole}.{digits}" if digits else str(whole)
 
 
 def per_mtok(rate):

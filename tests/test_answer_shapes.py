@@ -174,9 +174,11 @@ def test_inference_geo_global_is_priced_at_standard_rates(accounts, ledger_path,
 
 
 @pytest.mark.parametrize("mode", ["sync-stream", "async-whole"])
-def test_inference_geo_us_keeps_the_ceiling_open(accounts, ledger_path, mode):
-    # Data residency bills 1.1x, which the shipped revision does not price (docs/pricing.md
-    # "What keeps an attempt open"): the answer is delivered, the attempt stays open.
+def test_inference_geo_us_keeps_the_ceiling_open_on_a_model_without_geo_pricing(accounts, ledger_path, mode):
+    # Haiku 4.5 predates data residency: the revision prices no geo for it, so a usage that says
+    # "us" is one it cannot price (docs/pricing.md "Inference geo (data residency)"): the answer is
+    # delivered, the attempt stays open. On a model that prices it, "us" settles at its multiplier
+    # (tests/test_inference_geo.py).
     shape(accounts, inference_geo="us")
     text, _ = run(mode)
     assert text == "Stand-in reply to: Say hello"

@@ -37,9 +37,9 @@ def test_add_warns_when_the_budget_is_below_the_default_models_ceiling_and_names
     assert result.exit_code == 0
     assert [account.name for account in load_declaration().accounts] == ["small"]  # added all the same
     assert warned(result) == [
-        "Warning: account 'small': its budget of $5.00 is below the $7.92 ceiling a plain claude-routed prompt "
+        "Warning: account 'small': its budget of $5.00 is below the $8.712 ceiling a plain claude-routed prompt "
         "reserves (claude-sonnet-4-6 at its default max_tokens 128,000), so such a prompt is never admitted here; "
-        "claude-routed/claude-haiku-5-5 fits ($1.16 ceiling at its default max_tokens), or raise the budget"
+        "claude-routed/claude-haiku-5-5 fits ($1.276 ceiling at its default max_tokens), or raise the budget"
     ]
 
 
@@ -47,9 +47,10 @@ def test_add_names_the_max_tokens_that_fits_when_the_window_alone_fits():
     result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "7.00")
     assert result.exit_code == 0
     [line] = warned(result)
-    assert "its daily budget of $7.00 is below the $7.92 ceiling" in line
-    assert line.endswith("; -o max_tokens 66666 or lower fits, or raise the daily budget")
-    assert quote_for(DEFAULT, max_tokens=66666).ceiling_nusd <= 7 * 10**9 < quote_for(DEFAULT, max_tokens=66667).ceiling_nusd
+    # The ceiling covers US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
+    assert "its daily budget of $7.00 is below the $8.712 ceiling" in line
+    assert line.endswith("; -o max_tokens 24242 or lower fits, or raise the daily budget")
+    assert quote_for(DEFAULT, max_tokens=24242).ceiling_nusd <= 7 * 10**9 < quote_for(DEFAULT, max_tokens=24243).ceiling_nusd
 
 
 def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
@@ -59,13 +60,13 @@ def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
     )
     assert result.exit_code == 0
     dollars, tokens = warned(result)
-    assert "its client 'ci-bot' cap of $2.00 is below the $7.92 ceiling" in dollars
+    assert "its client 'ci-bot' cap of $2.00 is below the $8.712 ceiling" in dollars
     assert "its client 'ci-bot' cap of 1,000,000 tokens is below the 1,128,000-token ceiling" in tokens
     assert "claude-routed/claude-haiku-4-5-20251001 fits (264,000-token ceiling" in tokens
 
 
 def test_add_says_nothing_when_every_limit_fits():
-    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "8.00")
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "9.00")
     assert result.exit_code == 0
     assert warned(result) == []
 
@@ -100,7 +101,7 @@ def test_status_json_carries_the_warnings():
     data = json.loads(result.output)
     assert data["accounts"][0]["name"] == "small"
     [line] = data["warnings"]
-    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $7.92 ceiling")
+    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $8.712 ceiling")
 
 
 def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():

@@ -13,7 +13,7 @@ from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
-# Budgets well above a plain claude-routed ceiling ($7.92 at its default max_tokens of 128,000),
+# Budgets well above a plain claude-routed ceiling ($8.712 at its default max_tokens of 128,000),
 # so a $3 spend changes the order, not whether an account can admit.
 ALPHA = Account("alpha", "ALPHA_KEY", 20 * NANO)
 BETA = Account("beta", "BETA_KEY", 20 * NANO)

@@ -214,13 +214,15 @@ def test_ceiling_for_sonnet_4_5_by_hand():
 
 
 def test_ceiling_for_opus_4_6_by_hand():
+    # Its workspace may default to US-only inference, billed 1.1x (docs/pricing.md "Inference
+    # geo (data residency)"): a request that pins no geo is reserved at 1.1x.
     body = request(model="claude-opus-4-6", max_tokens=128_000)
-    assert quote(body).ceiling_nusd == 1_000_000 * 10_000 + 128_000 * 25_000 == 13_200_000_000
+    assert quote(body).ceiling_nusd == (1_000_000 * 10_000 + 128_000 * 25_000) * 11 // 10 == 14_520_000_000
 
 
 def test_ceiling_for_haiku_5_5_uses_the_upper_tier_its_window_can_reach():
     body = request(model="claude-haiku-5-5", max_tokens=2000)
-    assert quote(body).ceiling_nusd == 1_000_000 * 1000 + 2000 * 2500 == 1_005_000_000
+    assert quote(body).ceiling_nusd == (1_000_000 * 1000 + 2000 * 2500) * 11 // 10 == 1_105_500_000
 
 
 def test_ceiling_rounds_up_fractional_rates():
@@ -288,7 +290,7 @@ UNPRICED = {
     "container": dict(container=CANARY),
     "context_management": dict(context_management={"edits": [CANARY]}),
     "speed": dict(speed="fast"),
-    "inference_geo": dict(inference_geo="us"),
+    "inference_geo": dict(inference_geo="us"),  # on Sonnet 4.5, which has no geo pricing
     "priority tier": dict(service_tier="priority"),
     "batch tier": dict(service_tier="batch"),
     "batch request": dict(requests=[{"custom_id": CANARY}]),
@@ -570,6 +572,7 @@ def test_counts_must_be_present_non_negative_integers(u):
         {"speed": "turbo"},
         {"service_tier": "batch"},
         {"service_tier": "priority"},
+        # Sonnet 4.5 has no geo pricing (docs/pricing.md "Inference geo (data residency)").
         {"inference_geo": "us"},
         {"server_tool_use": {"code_execution_requests": 1}},
     ],

@@ -26,7 +26,7 @@ from routed_helpers import llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse)
 
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
-ROUTED = "claude-routed"  # its default ceiling is $7.92 (docs/pricing.md)
+ROUTED = "claude-routed"  # its default ceiling is $8.712 (docs/pricing.md)
 LLM = os.path.join(os.path.dirname(sys.executable), "llm")
 
 
@@ -76,7 +76,7 @@ def alpha_only(accounts):
 def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_completes_when_it_settles(
     alpha_only, accounts, user_path, ledger_path
 ):
-    hold(ledger_path, alpha_only, 5 * NANO)  # $5.00 + $7.92 > $10.00: no room until it settles
+    hold(ledger_path, alpha_only, 5 * NANO)  # $5.00 + $8.712 > $10.00: no room until it settles
     process = start("Hello")
     lines = stderr_lines(process)
     first = lines.get(timeout=120)
@@ -147,7 +147,7 @@ def test_a_bad_wait_option_is_one_coded_line(value, accounts, ledger_path):
 
 
 def six_parallel_prompts(accounts, user_path, extra_env=None):
-    """Six ``llm -m claude-routed`` processes at once on two $20 accounts: two $7.92 ceilings fit
+    """Six ``llm -m claude-routed`` processes at once on two $20 accounts: two $8.712 ceilings fit
     an account at a time, so two of the six find no room until an answer settles."""
     for name in ("alpha", "beta"):
         accounts.set_behaviour(name, "slow", delay=0.5)
