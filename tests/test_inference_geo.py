@@ -12,7 +12,8 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
-from llm_accounts import payload, pricing, provider_usage
+from llm_accounts import payload, pricing
+from llm_accounts.provider import report as provider_report
 from llm_accounts.errors import AccountsError
 from llm_accounts.pricing import current_revision, geo_multiplier, quote, settlement_cost
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
@@ -179,7 +180,7 @@ def test_a_usage_built_from_a_provider_report_row_settles_at_its_geo():
         "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 10},
         "server_tool_use": {"web_search_requests": 1}, "inference_geo": "us", "model": SONNET_46,
     }
-    usage = {**provider_usage.usage_from_report(row).as_message_usage(), "inference_geo": row["inference_geo"]}
+    usage = provider_report.usage_of(row).as_message_usage(row["inference_geo"])
     tokens = 500 * 3000 + 100 * 300 + 10 * 6000 + 40 * 15000
     assert settlement_cost(usage, row["model"], None, "anthropic-2026-11-29") == tokens * 11 // 10 + WEB_SEARCH_FEE
 
