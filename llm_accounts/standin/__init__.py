@@ -2,14 +2,20 @@
 
 Real HTTP/1.1 on 127.0.0.1 (standard library only) with the JSON and SSE bytes of reference
 anthropic-api.md sections 2-7: ``POST /v1/messages`` (non-streamed and ``stream: true``),
-``POST /v1/messages/count_tokens``, ``GET /v1/models`` and ``GET /v1/models/{id}``.
+``POST /v1/messages/count_tokens``, ``GET /v1/models`` and ``GET /v1/models/{id}``; with an admin
+key, the Admin API's usage, cost and API key reports (``reports``) and the Usage and Cost Analytics
+API, ``GET /v1/organizations/analytics/usage`` and ``/analytics/cost`` (``analytics``).
 
 Config (``load_config(path)`` / ``validate_config(dict)``)::
 
     {"keys": [{"label": "a", "key": "...", "organization": "org-a", "behaviour": "ok",
                "script": ["rate_limited", "ok"], "delay": 0.0, "min_cache_tokens": 1024,
-               "retry_after": 1, "shapes": ["gzip"], "inference_geo": "global"}],
+               "retry_after": 1, "shapes": ["gzip"], "inference_geo": "global",
+               "inference_geo_default": "us"}],
      "min_cache_tokens": 1024,
+     "admin_keys": [{"key": "...", "organization": "org-a"}],
+     "report_delay": 120, "report_bucketing": "arrival",
+     "organizations": {"org-a": {"inference_geo_default": "us", "analytics": true}},
      "models": [{"id": "claude-nova-6", "context_window": 400000, "max_output": 32000}]}
 
 Only ``label`` and ``key`` are required. ``organization`` defaults to ``org-<label>``; keys that
@@ -17,6 +23,16 @@ share one share its prompt cache. ``script`` is consumed one behaviour per ``POS
 before falling back to ``behaviour``. ``min_cache_tokens`` (per key, else top level, else the
 model's documented minimum) is the minimum cacheable prefix. ``models`` adds models it lists and
 answers besides its own table: one no shipped price knows, for a user's price revision.
+
+Reports: an admin key reads its organization's. A billed request is visible ``report_delay``
+seconds after it completed (its last event sent, or its client gone), in the bucket of its arrival
+or, with ``report_bucketing: "completion"``, of its completion. ``inference_geo_default`` (a key's
+workspace, else its organization's: ``global`` or ``us``) is where a Claude 4.6+ request runs when
+its body names no ``inference_geo``; a body's ``inference_geo`` is refused (400) on older models.
+Usage served in ``us`` is billed 1.1x on every token kind. ``organizations.<name>.analytics:
+false`` (or ``StandIn.set_analytics``) makes the Analytics API answer that organization 404.
+``StandIn.add_usage`` adds another tool's usage (another client on a key, the Console with no key,
+the Batch API at half price, Priority Tier, which the cost reports leave out) to the reports.
 
 Behaviours (``BEHAVIOURS``): ok; rate_limited (429, retry-after, x-should-retry, rate-limit
 headers); spend_limit (429, ``enforced_spend_limit_reached``, no retry-after); overloaded (529);
@@ -50,7 +66,9 @@ config and by ``set_behaviour``.
 key matched), auth ("x-api-key" | "bearer" | None), model, stream, status (0: closed without a
 response), body (parsed JSON or None), headers (lower-case names; x-api-key, authorization and
 proxy-authorization dropped), behaviour, organization, request_id, usage (a 200 message's usage),
-dropped. An entry is logged before the response's first byte, so it is there when a client sees it.
+dropped, arrived_at, and for a billed request at (when it was billed), api_key_id, model_id,
+service_tier, inference_geo, speed, context_window and completed_at (None while it is answered).
+An entry is logged before the response's first byte, so it is there when a client sees it.
 
 Usage comes from a fake tokenizer (``tokens``) and a per-organization prompt cache (``cache``);
 replies are deterministic (``replies``); the model table is the stand-in's own (``models``).

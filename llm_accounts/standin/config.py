@@ -40,9 +40,12 @@ BEHAVIOURS = (
 
 KEY_FIELDS = (
     "label", "key", "organization", "behaviour", "script", "delay", "min_cache_tokens", "retry_after", "api_key_id",
-    "shapes", "inference_geo",
+    "shapes", "inference_geo", "inference_geo_default",
 )
-TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay", "models")
+TOP_FIELDS = ("keys", "min_cache_tokens", "admin_keys", "report_delay", "report_bucketing", "organizations", "models")
+# Per organization: its workspace's default inference geo, and whether it has the Usage and Cost
+# Analytics API beta (without it the endpoints answer 404, as to an organization not enrolled).
+ORGANIZATION_FIELDS = ("inference_geo_default", "analytics")
 MODEL_FIELDS = ("id", "context_window", "max_output")
 _MODEL_ID = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
 ADMIN_KEY_FIELDS = ("key", "organization")
@@ -61,6 +64,10 @@ SHAPES = (
     "gzip", "stop_details_null", "caller", "parallel_tools", "text_before_thinking", "retry_after_200", "set_cookie",
 )
 INFERENCE_GEOS = ("not_available", "global", "us")
+# Where a request may ask to run (``inference_geo`` in a Messages body, or a workspace default).
+GEO_CHOICES = ("global", "us")
+# Which instant puts a request in its report bucket: when it arrived, or when it completed.
+BUCKETINGS = ("arrival", "completion")
 
 
 class ConfigError(ValueError):
@@ -125,6 +132,7 @@ def validate_config(data):
         check_behaviour(behaviour, f"{where}.behaviour")
         settings = check_settings(entry, where)
         minimum = settings["min_cache_tokens"]
+        geo_default = _geo_default(entry, where)
         api_key_id = entry.get("api_key_id", default_api_key_id(label))
         if not isinstance(api_key_id, str) or not API_KEY_ID.fullmatch(api_key_id):
             raise ConfigError(f"{where}.api_key_id: must be 'apikey_' followed by 1-64 letters or digits")
@@ -141,19 +149,54 @@ def validate_config(data):
                 "api_key_id": api_key_id,
                 "shapes": settings["shapes"],
                 "inference_geo": settings["inference_geo"],
+                "inference_geo_default": geo_default,
             }
         )
     admin_keys = _admin_keys(data.get("admin_keys", []), secrets)
     delay = data.get("report_delay", 0)
     if isinstance(delay, bool) or not isinstance(delay, (int, float)) or not math.isfinite(delay) or delay < 0:
         raise ConfigError("report_delay: must be a number of seconds >= 0")
+    bucketing = data.get("report_bucketing", "arrival")
+    if bucketing not in BUCKETINGS:
+        raise ConfigError(f"report_bucketing: must be one of {', '.join(BUCKETINGS)}")
     return {
         "keys": normalized,
         "min_cache_tokens": default_minimum,
         "admin_keys": admin_keys,
         "report_delay": float(delay),
+        "report_bucketing": bucketing,
+        "organizations": _organizations(data.get("organizations", {})),
         "models": _models(data.get("models", [])),
     }
+
+
+def _organizations(value):
+    """``{organization: {"inference_geo_default": "global"|"us", "analytics": true|false}}``:
+    the settings of an organization rather than of one key (``analytics`` defaults to true)."""
+    if not isinstance(value, dict):
+        raise ConfigError("organizations: must be an object of organization settings")
+    out = {}
+    for index, (name, entry) in enumerate(value.items()):
+        where = f"organizations[{index}]"  # by position: a name is the config's, never echoed
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{where}: the organization must be a non-empty string")
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: must be an object")
+        _no_unknown(entry, ORGANIZATION_FIELDS, where)
+        analytics = entry.get("analytics", True)
+        if not isinstance(analytics, bool):
+            raise ConfigError(f"{where}.analytics: must be true or false")
+        out[name] = {"inference_geo_default": _geo_default(entry, where), "analytics": analytics}
+    return out
+
+
+def _geo_default(entry, where):
+    """A workspace's default inference geo: None (requests run where the API chooses, and report
+    what the key's ``inference_geo`` says), ``global`` or ``us``."""
+    value = entry.get("inference_geo_default")
+    if value is not None and value not in GEO_CHOICES:
+        raise ConfigError(f"{where}.inference_geo_default: must be one of {', '.join(GEO_CHOICES)}")
+    return value
 
 
 def _models(value):

@@ -21,6 +21,10 @@ class Model:
     aliases: tuple = ()
     # The 1M-context beta (`anthropic-beta: context-1m-2025-08-07`) widens the window (table 1.2).
     long_context_beta: bool = False
+    # Claude 4.6 and newer take a request's ``inference_geo`` and report where they ran; older
+    # models refuse the field (400) and report ``not_available``. The stand-in's own table, not
+    # the project's prices: it plays the provider.
+    geo_routing: bool = False
 
     def context_window(self, betas=()):
         if self.long_context_beta and LONG_CONTEXT_BETA in betas:
@@ -44,8 +48,8 @@ K200 = 200_000
 
 MODELS = (
     # Table 1.2 (served models).
-    Model("claude-opus-4-6", "Claude Opus 4.6", "2026-02-05T00:00:00Z", M, 128_000, 4096),
-    Model("claude-sonnet-4-6", "Claude Sonnet 4.6", "2026-02-17T00:00:00Z", M, 128_000, 2048),
+    Model("claude-opus-4-6", "Claude Opus 4.6", "2026-02-05T00:00:00Z", M, 128_000, 4096, geo_routing=True),
+    Model("claude-sonnet-4-6", "Claude Sonnet 4.6", "2026-02-17T00:00:00Z", M, 128_000, 2048, geo_routing=True),
     Model(
         "claude-opus-4-5-20251101", "Claude Opus 4.5", "2025-11-01T00:00:00Z", K200, 64_000, 4096,
         ("claude-opus-4-5",),
@@ -63,13 +67,13 @@ MODELS = (
         ("claude-haiku-4-5",),
     ),
     # Table 1.6 (newer lineup, lower confidence). Cache minimums not in section 5 follow the family.
-    Model("claude-opus-4-7", "Claude Opus 4.7", "2026-04-16T00:00:00Z", M, 128_000, 4096),
-    Model("claude-opus-4-8", "Claude Opus 4.8", "2026-06-01T00:00:00Z", M, 128_000, 4096),
-    Model("claude-opus-5", "Claude Opus 5", "2026-08-01T00:00:00Z", M, 128_000, 4096),
-    Model("claude-opus-5-5", "Claude Opus 5.5", "2026-10-01T00:00:00Z", M, 128_000, 4096),
-    Model("claude-sonnet-5", "Claude Sonnet 5", "2026-08-01T00:00:00Z", M, 128_000, 2048),
-    Model("claude-sonnet-5-5", "Claude Sonnet 5.5", "2026-10-01T00:00:00Z", M, 128_000, 2048),
-    Model("claude-haiku-5-5", "Claude Haiku 5.5", "2026-10-01T00:00:00Z", M, 128_000, 4096),
+    Model("claude-opus-4-7", "Claude Opus 4.7", "2026-04-16T00:00:00Z", M, 128_000, 4096, geo_routing=True),
+    Model("claude-opus-4-8", "Claude Opus 4.8", "2026-06-01T00:00:00Z", M, 128_000, 4096, geo_routing=True),
+    Model("claude-opus-5", "Claude Opus 5", "2026-08-01T00:00:00Z", M, 128_000, 4096, geo_routing=True),
+    Model("claude-opus-5-5", "Claude Opus 5.5", "2026-10-01T00:00:00Z", M, 128_000, 4096, geo_routing=True),
+    Model("claude-sonnet-5", "Claude Sonnet 5", "2026-08-01T00:00:00Z", M, 128_000, 2048, geo_routing=True),
+    Model("claude-sonnet-5-5", "Claude Sonnet 5.5", "2026-10-01T00:00:00Z", M, 128_000, 2048, geo_routing=True),
+    Model("claude-haiku-5-5", "Claude Haiku 5.5", "2026-10-01T00:00:00Z", M, 128_000, 4096, geo_routing=True),
 )
 
 # Retired on the first-party API (section 7 item 3): requests get 404 `model: <id>`.
@@ -101,7 +105,9 @@ def listed_models(extra=()):
 def configured_model(entry):
     """A model the config adds (``{"id", "context_window", "max_output"}``): one no shipped
     price lists, such as a release newer than the plugin, priced by a user's price revision
-    (docs/pricing.md "Your own price revisions"). Listed newest; its cache minimum 1,024."""
+    (docs/pricing.md "Your own price revisions"). Listed newest; its cache minimum 1,024; newer
+    than 4.6, so it takes ``inference_geo``."""
     return Model(
-        entry["id"], entry["id"], "2099-01-01T00:00:00Z", entry["context_window"], entry["max_output"], 1024
+        entry["id"], entry["id"], "2099-01-01T00:00:00Z", entry["context_window"], entry["max_output"], 1024,
+        geo_routing=True,
     )

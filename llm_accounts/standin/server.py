@@ -3,17 +3,21 @@
 Request handling order (each step may answer with the documented error):
 route (404) -> auth headers (400 both / 401 missing / 401 unknown) -> anthropic-version (400) ->
 body -> the key's behaviour (script entries are consumed by POST /v1/messages only) -> request
-validation (400, 404 model) -> the prompt cache and the reply.
+validation (400, 404 model) -> the prompt cache and the reply. The Admin API and the Analytics API
+take an admin key; the Analytics API then answers 404 to an organization without its beta and 400
+without its anthropic-beta header.
 
 A key is only ever compared, and quoted back by the echo_key behaviour (that is its purpose).
 The request log holds labels, never keys: x-api-key and Authorization are dropped from it.
 """
 
+import datetime as dt
 import gzip
 import hashlib
 import http.server
 import ipaddress
 import json
+import math
 import socket
 import sys
 import threading
@@ -23,13 +27,13 @@ import zlib
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from . import reports, wire
+from . import analytics, reports, wire
 from .cache import PromptCache
-from .config import RUNTIME_FIELDS, ConfigError, check_behaviour, check_settings, validate_config
+from .config import INFERENCE_GEOS, RUNTIME_FIELDS, ConfigError, check_behaviour, check_settings, validate_config
 from .models import configured_model, find_model, listed_models
 from .replies import plan_reply
 from .tokens import prompt_units
-from .validation import Refusal, bad, check_prompt, validate
+from .validation import Refusal, bad, check_prompt, served_geo, validate
 
 VERSIONS = ("2023-06-01", "2026-10-21")
 SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization"})
@@ -43,6 +47,8 @@ NOT_COUNTED = ("max_tokens", "stream", "temperature", "top_p", "top_k", "stop_se
 ADMIN_PATHS = frozenset(
     {"/v1/organizations/usage_report/messages", "/v1/organizations/cost_report", "/v1/organizations/api_keys"}
 )
+# The Usage and Cost Analytics API (beta): standin/analytics.py.
+ANALYTICS_PATHS = frozenset({"/v1/organizations/analytics/usage", "/v1/organizations/analytics/cost"})
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _ID_PREFIXES = {"req": ("req_011C", 20), "msg": ("msg_01", 22), "toolu": ("toolu_01", 22), "srvtoolu": ("srvtoolu_01", 22)}
 
@@ -69,6 +75,7 @@ class _Key:
     api_key_id: str
     shapes: list = field(default_factory=list)
     inference_geo: str = "not_available"
+    inference_geo_default: object = None  # its workspace's default geo (None: the organization's)
 
 
 def _handle_error(server, request, client_address):
@@ -101,6 +108,12 @@ class StandIn:
         # Admin API keys: each reads its organization's usage and cost reports (standin/reports.py).
         self._admin_keys = {entry["key"]: entry["organization"] for entry in config["admin_keys"]}
         self.report_delay = config["report_delay"]
+        # Which instant puts a request in its report bucket ("arrival" or "completion").
+        self.report_bucketing = config["report_bucketing"]
+        self._organizations = config["organizations"]
+        self._analytics_off = {name for name, settings in self._organizations.items() if not settings["analytics"]}
+        # Usage other tools ran on an organization (add_usage): in the reports, not in ``requests``.
+        self.foreign_usage = []
         # Models served besides the stand-in's own table (config "models").
         self.extra_models = tuple(configured_model(entry) for entry in config["models"])
         self.revision = None  # the prices the cost report bills at; None: the shipped revision
@@ -172,6 +185,78 @@ class StandIn:
     def clear_cache(self):
         self.cache.clear()
 
+    def add_usage(self, organization, api_key_id, model, usage, *, at, completed_at=None, service_tier="standard",
+                  inference_geo="global", speed="standard", requests=1, context_window=None):
+        """Add usage another tool ran on ``organization`` (another client on the same key; the
+        Console or Workbench when ``api_key_id`` is None; the Batch API; Priority Tier), as a real
+        organization's reports hold it beside this project's own requests.
+
+        ``usage`` is a Messages usage object (``input_tokens``, ``cache_read_input_tokens``,
+        ``cache_creation`` or ``cache_creation_input_tokens``, ``output_tokens``,
+        ``server_tool_use``), the sum of ``requests`` requests. ``at`` (arrival) and
+        ``completed_at`` (default ``at``) are seconds since the epoch or aware datetimes on the
+        stand-in's clock; the usage becomes visible ``report_delay`` after ``completed_at``.
+        ``context_window`` defaults to the one of the requests' mean input. Batch usage is billed
+        at half price, usage in ``us`` at 1.1x; Priority Tier usage is in the usage reports only
+        (docs/architecture.md "Settling from the provider")."""
+        arrived = _seconds(at, "at")
+        completed = arrived if completed_at is None else _seconds(completed_at, "completed_at")
+        if completed < arrived:
+            raise ConfigError("add_usage.completed_at: must not be before at")
+        if not isinstance(organization, str) or not organization:
+            raise ConfigError("add_usage.organization: must be a non-empty string")
+        if api_key_id is not None and not isinstance(api_key_id, str):
+            raise ConfigError("add_usage.api_key_id: must be an API key id or None")
+        if not isinstance(model, str) or not model:
+            raise ConfigError("add_usage.model: must be a model id")
+        if service_tier not in reports.SERVICE_TIERS:
+            raise ConfigError(f"add_usage.service_tier: must be one of {', '.join(reports.SERVICE_TIERS)}")
+        if inference_geo not in INFERENCE_GEOS:
+            raise ConfigError(f"add_usage.inference_geo: must be one of {', '.join(INFERENCE_GEOS)}")
+        if speed not in reports.SPEEDS:
+            raise ConfigError(f"add_usage.speed: must be one of {', '.join(reports.SPEEDS)}")
+        if isinstance(requests, bool) or not isinstance(requests, int) or requests < 1:
+            raise ConfigError("add_usage.requests: must be an integer >= 1")
+        if context_window not in (None, "0-200k", "200k-1M"):
+            raise ConfigError("add_usage.context_window: must be 0-200k or 200k-1M")
+        tokens = _checked_usage(usage)
+        entry = {
+            "organization": organization,
+            "api_key_id": api_key_id,
+            "model_id": model,
+            "usage": usage,
+            "at": arrived,
+            "arrived_at": arrived,
+            "completed_at": completed,
+            "service_tier": service_tier,
+            "inference_geo": inference_geo,
+            "speed": speed,
+            "context_window": context_window or reports.context_window(tokens.input_total // requests),
+            "requests": requests,
+        }
+        with self._lock:
+            self.foreign_usage.append(entry)
+
+    def set_analytics(self, organization, enabled):
+        """Whether ``organization`` has the Usage and Cost Analytics API beta: without it both
+        endpoints answer 404, as the provider does, so a reader's fall back to the legacy usage
+        and cost reports can be tested (config ``organizations.<name>.analytics``)."""
+        with self._lock:
+            if enabled:
+                self._analytics_off.discard(organization)
+            else:
+                self._analytics_off.add(organization)
+
+    def _geo_default(self, state):
+        """A key's workspace default geo, else its organization's, else None."""
+        if state.inference_geo_default is not None:
+            return state.inference_geo_default
+        return self._organizations.get(state.organization, {}).get("inference_geo_default")
+
+    def _billed_entries(self):
+        with self._lock:
+            return list(self.requests) + list(self.foreign_usage)
+
     # Used by the handler.
 
     def _log(self, entry):
@@ -193,6 +278,26 @@ class StandIn:
             number, digit = divmod(number, 62)
             digits.append(_BASE62[digit])
         return prefix + "".join(digits)
+
+
+def _seconds(value, name):
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise ConfigError(f"add_usage.{name}: a datetime must carry a time zone")
+        return value.timestamp()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ConfigError(f"add_usage.{name}: must be seconds since the epoch or an aware datetime")
+    return float(value)
+
+
+def _checked_usage(usage):
+    """The counts of an added usage object, each an integer >= 0."""
+    if not isinstance(usage, dict):
+        raise ConfigError("add_usage.usage: must be a Messages usage object")
+    tokens = reports.Tokens.of(usage)
+    if any(isinstance(count, bool) or not isinstance(count, int) or count < 0 for count in tokens.counts()):
+        raise ConfigError("add_usage.usage: every count must be an integer >= 0")
+    return tokens
 
 
 def serve(standin):
@@ -246,6 +351,7 @@ class _Exchange:
         self.presented = None  # the key as sent; only echo_key ever uses it
         url = urlsplit(handler.path)
         self.path, self.query = url.path, parse_qs(url.query)
+        self.raw_query = url.query
         self.headers = {name.lower(): value for name, value in handler.headers.items()}
         self.version = None
         self.admin = False
@@ -264,9 +370,16 @@ class _Exchange:
             "request_id": self.request_id,
             "usage": None,
             "dropped": False,
-            "at": None,  # the stand-in's clock when a reply was planned (its billing minute)
+            "at": None,  # the stand-in's clock when a reply was planned (when it was billed)
             "api_key_id": None,
             "model_id": None,
+            # What a real organization's reports show of a billed request (standin/reports.py).
+            "arrived_at": self.standin.clock(),
+            "completed_at": None,  # its reply was sent, or its client went away
+            "service_tier": None,
+            "inference_geo": None,
+            "speed": None,
+            "context_window": None,
         }
 
     def run(self):
@@ -293,6 +406,15 @@ class _Exchange:
             self.handler.close_connection = True
             if self.entry["status"] is None:
                 self._send_json(500, wire.error_body("api_error", "Internal server error", self.request_id))
+        finally:
+            self._complete()  # a slow reply whose client went away (or a stand-in bug) ends here
+
+    def _complete(self):
+        """Note when a billed request completed: its last byte is about to be sent, or its client
+        went away. Its usage becomes visible report_delay later (standin/reports.py); set before
+        the last byte, so a client that has read the whole reply finds it completed."""
+        if self.entry["usage"] is not None and self.entry["completed_at"] is None:
+            self.entry["completed_at"] = self.standin.clock()
 
     # Request.
 
@@ -332,6 +454,9 @@ class _Exchange:
         if method == "GET" and path in ADMIN_PATHS:
             self.admin = True
             return lambda raw: self._report(path)
+        if method == "GET" and path in ANALYTICS_PATHS:
+            self.admin = True
+            return lambda raw: self._analytics(path)
         raise Refusal(404, "not_found_error", "Not Found")
 
     def _authenticate(self):
@@ -445,6 +570,7 @@ class _Exchange:
         model = validate(body, messages=True, version=self.version, extra_models=self.standin.extra_models)
         betas = [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",")]
         units, points, total = check_prompt(body, model, betas, force=behaviour)
+        geo = served_geo(body, model, self.standin._geo_default(self.key), self.key.inference_geo)
         if behaviour in wire.STREAM_ERRORS and not stream:
             self._refuse_as(wire.STREAM_ERRORS[behaviour][2])
         if behaviour == "drop" and not stream:
@@ -465,16 +591,26 @@ class _Exchange:
         message_id = self.standin._new_id("msg")
         # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
         self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
-        self.entry["usage"] = wire.usage(plan, reply.output_tokens, self.key.inference_geo, reply)
+        self.entry["usage"] = wire.usage(plan, reply.output_tokens, geo, reply)
+        self.entry.update(
+            service_tier="standard", inference_geo=geo, speed="standard",
+            context_window=reports.context_window(reports.Tokens.of(self.entry["usage"]).input_total),
+        )
         delay = self.key.delay if behaviour == "slow" else 0.0
         if delay:
             self.standin._stopping.wait(delay)
+        else:
+            # Nothing in this reply takes the stand-in time: it completes the instant it is planned,
+            # whether the client reads it to the end or not. A slow reply completes when its last
+            # event is sent or its client goes away (_complete).
+            self.entry["completed_at"] = self.entry["at"]
         # The cache entry becomes readable once the response begins (section 5).
         self.standin.cache.commit(self.key.organization, model.id, plan)
         if stream:
             self._stream(model, message_id, reply, plan, behaviour, delay, total)
         else:
             content = [block.final for block in reply.blocks]
+            self._complete()
             self._send_json(200, wire.message(model.id, message_id, content, reply.stop_reason, reply.stop_sequence,
                                               self.entry["usage"], reply.stop_details, self._shape("stop_details_null")),
                             total_input=total)
@@ -536,16 +672,43 @@ class _Exchange:
             self._send_json(200, reports.api_keys(self.query, standin._keys.values(), organization))
             return
         now = standin.clock()
-        with standin._lock:
-            entries = list(standin.requests)
-        billed = reports.billed(entries, organization, now, standin.report_delay)
+        billed = reports.billed(
+            standin._billed_entries(), organization, now - standin.report_delay, standin.report_bucketing
+        )
         if path.endswith("/cost_report"):
-            from ..pricing import current_revision
-
-            page = reports.cost_report(self.query, billed, now, standin.revision or current_revision())
+            page = reports.cost_report(self.query, billed, now, self._revision())
         else:
-            page = reports.usage_report(self.query, billed, now)
+            page = reports.usage_report(self.query, billed, now, self._betas())
         self._send_json(200, page)
+
+    def _analytics(self, path):
+        """The Usage and Cost Analytics API: 404 to an organization without its beta, 400 without
+        the beta header, else a page (standin/analytics.py)."""
+        standin = self.standin
+        organization = self.entry["organization"]
+        with standin._lock:
+            enrolled = organization not in standin._analytics_off
+        if not enrolled:
+            raise Refusal(404, "not_found_error", "Not Found")
+        if analytics.BETA not in self._betas():
+            raise bad(f"anthropic-beta: this endpoint requires the beta {analytics.BETA}")
+        # Blank values kept: api_key_ids[]= (an empty entry) is a filter of its own.
+        query = parse_qs(self.raw_query, keep_blank_values=True)
+        entries, now = standin._billed_entries(), standin.clock()
+        if path.endswith("/cost"):
+            page = analytics.cost(query, entries, organization, now, standin.report_delay, self._revision(),
+                                  standin.report_bucketing)
+        else:
+            page = analytics.usage(query, entries, organization, now, standin.report_delay, standin.report_bucketing)
+        self._send_json(200, page)
+
+    def _betas(self):
+        return [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",") if beta.strip()]
+
+    def _revision(self):
+        from ..pricing import current_revision
+
+        return self.standin.revision or current_revision()
 
     # Response.
 
@@ -595,7 +758,7 @@ class _Exchange:
         self.entry["dropped"] = behaviour == "drop"  # set before the entry is logged
         events = wire.encode_events(wire.stream_events(
             model.id, message_id, reply, plan, stop_after=cut, null_details=self._shape("stop_details_null"),
-            inference_geo=self.key.inference_geo,
+            inference_geo=self.entry["inference_geo"],
         ))
         # gzip: one deflate stream over the whole body, flushed after each event so every event
         # arrives when it is sent, as a compressing proxy in front of the API sends it.
@@ -614,14 +777,19 @@ class _Exchange:
             if data:
                 write(b"%x\r\n%s\r\n" % (len(data), data))
 
+        # The request completes as its last event is sent (message_stop, or the error event).
+        last = len(events) - 1 if behaviour not in wire.STREAM_ERRORS and behaviour != "drop" else None
         for position, event in enumerate(events):
             if position and delay and self.standin._stopping.wait(delay):
                 break
+            if position == last:
+                self._complete()
             put(event)
         if behaviour == "drop":
             self._drop()
             return
         if behaviour in wire.STREAM_ERRORS:
+            self._complete()
             put(wire.stream_error_event(behaviour))
         if compressor is not None:
             put(b"", last=True)

@@ -6,6 +6,7 @@ quotes (section 4.3) are exact, the rest are the stand-in's own.
 
 from . import wire
 from .cache import CacheRuleError, breakpoints
+from .config import GEO_CHOICES
 from .models import find_model
 from .tokens import prompt_units
 
@@ -130,3 +131,22 @@ def check_prompt(body, model, betas=(), force=None):
     except CacheRuleError as error:
         raise bad(str(error)) from None
     return units, points, total
+
+
+def served_geo(body, model, default=None, reported="not_available"):
+    """The ``inference_geo`` a Messages request's usage reports and is billed in.
+
+    A request may ask for ``global`` or ``us`` (``inference_geo`` in its body), and a workspace
+    may default to one (config ``inference_geo_default``). Models from Claude 4.6 on run there and
+    say so; older ones refuse the field (400) and ignore the default. Without either, the key's
+    configured ``inference_geo`` is reported, as before these were modelled (``reported``)."""
+    asked = body.get("inference_geo")
+    if asked is not None:
+        if asked not in GEO_CHOICES:
+            raise bad(f"inference_geo: Input should be {' or '.join(repr(each) for each in GEO_CHOICES)}")
+        if not model.geo_routing:
+            raise bad(f"inference_geo: is not supported on {model.id}")
+        return asked
+    if default is not None and model.geo_routing:
+        return default
+    return reported
