@@ -399,3 +399,60 @@ def test_an_attempt_whose_process_was_killed_is_no_longer_kept_as_in_flight(org,
     [alpha, _] = json.loads(result.output)
     assert "in_flight" not in [kept["reason"] for kept in alpha["kept_open"]]
     assert row["state"] == "settled" or alpha["kept_open"]
+
+
+# The legacy report, where an organization has no Analytics API.
+
+
+def test_without_the_analytics_api_the_legacy_report_settles_nothing_for_a_key_not_declared_dedicated(org, ledger_path, fake_clock):
+    org.set_analytics("org-alpha", False)
+    interrupted()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+    assert result.exit_code == 0, result.output
+    [alpha, _] = json.loads(result.output)
+    assert [k["reason"] for k in alpha["kept_open"]] == ["not_dedicated"]
+    assert rows(ledger_path)[0]["state"] == "open"
+
+
+def test_without_the_analytics_api_a_dedicated_key_is_settled_from_the_legacy_report(org, ledger_path, fake_clock):
+    org.set_analytics("org-alpha", False)
+    assert llm_cli("accounts", "set", "alpha", "--dedicated-key").exit_code == 0
+    interrupted()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 0, result.output
+    [entry] = [r for r in org.requests if r["path"] == "/v1/messages"]
+    [row] = rows(ledger_path)
+    assert (row["state"], row["cost_nusd"]) == ("settled", billed(entry))
+    assert sources(ledger_path)[0].startswith("usage_report:messages:")
+
+
+def test_the_legacy_report_can_be_chosen_by_setting(org, ledger_path, fake_clock, monkeypatch):
+    monkeypatch.setenv("LLM_ACCOUNTS_PROVIDER_REPORT", "legacy")
+    interrupted()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider", "--json")
+    assert [k["reason"] for k in json.loads(result.output)[0]["kept_open"]] == ["not_dedicated"]
+    assert not [r for r in org.requests if r["path"].startswith("/v1/organizations/analytics")]
+
+
+# A workspace whose default inference geo is us.
+
+
+def test_an_interrupted_prompt_in_a_us_workspace_settles_at_the_us_rate(org, ledger_path, fake_clock):
+    # Before: the pass priced the row at 1.0x (9.1% low) and settled it.
+    org._organizations["org-alpha"] = {"inference_geo_default": "us", "analytics": True}  # the workspace default
+    response = llm.get_model("claude-routed/claude-haiku-5-5").prompt("Tell me a long story", max_tokens=300)
+    iterator = iter(response)
+    next(iterator)
+    iterator.close()
+    fake_clock.advance(minutes=12)
+    assert llm_cli("accounts", "reconcile", "--from-provider").exit_code == 0
+    [entry] = [r for r in org.requests if r["path"] == "/v1/messages"]
+    assert entry["inference_geo"] == "us"
+    usage = {**entry["usage"], "inference_geo": "us"}
+    [row] = rows(ledger_path)
+    assert (row["state"], row["cost_nusd"]) == ("settled", settlement_cost(usage, entry["model_id"], None, current_revision()))
+    plain = {name: value for name, value in entry["usage"].items() if name != "inference_geo"}
+    assert row["cost_nusd"] > settlement_cost(plain, entry["model_id"], None, current_revision())

@@ -53,7 +53,8 @@ def test_a_prompt_stopped_by_sigint_is_settled_by_a_later_reconcile_from_the_pro
         "keys": [{"label": "alpha", "key": keys["ALPHA_KEY"], "organization": "org-alpha", "behaviour": "slow", "delay": 0.5}],
         "admin_keys": [{"key": keys["ALPHA_ADMIN"], "organization": "org-alpha"}],
     }
-    with StandIn(config, clock=lambda: START.timestamp() + time.time() - t0) as server:
+    skipped = [0.0]  # seconds the test moves both clocks on by (the report's refresh follows the stand-in's)
+    with StandIn(config, clock=lambda: START.timestamp() + skipped[0] + time.time() - t0) as server:
         monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
         prompt = child(t0, START, "-m", MODEL, "-o", "max_tokens", "300", "Tell me a long story")
         try:
@@ -71,6 +72,13 @@ def test_a_prompt_stopped_by_sigint_is_settled_by_a_later_reconcile_from_the_pro
         assert row["state"] == "open" and row["outcome"] in ("cancelled", "stream_closed")
         [entry] = [r for r in server.requests if r["path"] == "/v1/messages"]
         later = START + dt.timedelta(minutes=15)
+        # The stand-in notices the client went away at its next event (every 0.5 s), and only then
+        # is the request complete: the clocks move on after that.
+        deadline = time.time() + 10
+        while server.requests[-1].get("completed_at") is None and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)
+        skipped[0] = (later - START).total_seconds()
         reconcile = child(t0, later, "accounts", "reconcile", "--from-provider")
         out, err = reconcile.communicate(timeout=60)
     assert reconcile.returncode == 0, out + err
