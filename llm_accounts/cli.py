@@ -1621,11 +1621,23 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id):
     try:
         name = _known_account(ledger, account)
         name = getattr(name, "name", name)
+        # A gone process's attempt gets its outcome first (docs/architecture.md "A process that is
+        # gone"); one still without an outcome may be streaming in another process or on another
+        # machine, and a guessed cost would conflict with its answer and block the account.
+        ledger.abandoned()
         rows = ledger.open_attempts(account=name)
     except AccountsError as error:
         fail(error)
+    running = [row for row in rows if row["outcome"] is None]
+    rows = [row for row in rows if row["outcome"] is not None]
+    if running:
+        click.echo(
+            f"{len(running)} open attempt{'s' if len(running) != 1 else ''} of {name} with no outcome recorded "
+            "(still running, here or on another machine) left alone",
+            err=True,
+        )
     if not rows:
-        click.echo(f"Account {name} has no open attempts")
+        click.echo(f"Account {name} has no open attempts with an outcome recorded")
         return
     if amounts and len(amounts) != len(rows):
         shown = ", ".join(row["id"][:8] for row in rows[:10]) + (", ..." if len(rows) > 10 else "")

@@ -242,3 +242,16 @@ def test_reconcile_open_checks_every_amount_before_writing_any(declared):
 def test_reconcile_open_needs_an_account_and_a_source(declared):
     assert "--open: needs --account NAME" in run("reconcile", "--open", "--cost", "0", "--source", "x").output
     assert "--source: is required" in run("reconcile", "--open", "--account", "work", "--cost", "0").output
+
+
+def test_reconcile_open_leaves_an_attempt_still_running_alone(declared):
+    # Before: it settled a prompt still streaming in another process; the real answer then
+    # conflicted and blocked the account for everyone.
+    open_three()
+    reserve("r1", "c5", pinned="work")  # in flight: no outcome recorded, its process (this one) runs
+    result = run("reconcile", "--open", "--account", "work", "--cost", "0", "--source", "console")
+    assert result.exit_code == 0, result.output
+    assert "1 open attempt of work with no outcome recorded (still running, here or on another machine) left alone" in result.output
+    assert [attempt for attempt, _, _ in reconciliations()] == ["a1", "a2", "a3"]
+    with Ledger() as ledger:
+        assert sorted(row["id"] for row in ledger.open_attempts()) == ["h1", "r1"]
