@@ -126,14 +126,21 @@ class Read:
     refreshed_at: dt.datetime | None = None
 
 
+def _ranges(start, end, most):
+    """``[start, end)`` cut into ranges of at most ``most``: the Analytics API's bound on one request."""
+    out, at = [], start
+    while at < end:
+        out.append((at, min(end, at + most)))
+        at = out[-1][1]
+    return out
+
+
 def analytics_usage(http, base, secret, start, end, key_ids):
     """One-minute usage rows of ``key_ids`` from ``start`` to ``end`` on the Analytics API, grouped
     by key, model, service tier, inference geo and speed: one request per 24 hours (its limit for
     one-minute buckets), each paged by rows."""
     items, refreshed, pages = [], [], []
-    at = start
-    while at < end:
-        until = min(end, at + ANALYTICS_MINUTE_RANGE)
+    for at, until in _ranges(start, end, ANALYTICS_MINUTE_RANGE):
         params = {
             "starting_at": _iso(at),
             "ending_at": _iso(until),
@@ -143,7 +150,6 @@ def analytics_usage(http, base, secret, start, end, key_ids):
             "limit": ANALYTICS_ROWS,
         }
         items.extend(_paged(http, base, ANALYTICS_USAGE_PATH, params, secret, ANALYTICS_BETA, pages))
-        at = until
     for page in pages:
         refreshed.append(parse_time(page.get("data_refreshed_at")))
     fresh = None if not refreshed or None in refreshed else min(refreshed)
@@ -153,9 +159,8 @@ def analytics_usage(http, base, secret, start, end, key_ids):
 def analytics_cost_days(http, base, secret, start, end, group_by=("cost_type", "token_type", "model", "service_tier", "inference_geo")):
     """Daily cost rows on the Analytics API, for the audit: amounts post-discount (``amount``)
     and at list price (``list_amount``), in cents as decimal strings."""
-    items, at = [], start
-    while at < end:
-        until = min(end, at + ANALYTICS_DAY_RANGE)
+    items = []
+    for at, until in _ranges(start, end, ANALYTICS_DAY_RANGE):
         params = {
             "starting_at": _iso(at),
             "ending_at": _iso(until),
@@ -164,7 +169,6 @@ def analytics_cost_days(http, base, secret, start, end, group_by=("cost_type", "
             "limit": ANALYTICS_ROWS,
         }
         items.extend(_paged(http, base, ANALYTICS_COST_PATH, params, secret, ANALYTICS_BETA))
-        at = until
     return items
 
 
