@@ -218,6 +218,14 @@ def settle_organization(admin_key_env, accounts, declaration, ledger, http, *, b
             key_ids[account.name] = key_id
         if not key_ids:
             return list(results.values())
+        if all(row["outcome"] is None for name in key_ids for row in open_by_account[name]):
+            # Every one is in flight: nothing can be settled, so the report is not read (nor claimed).
+            for name in key_ids:
+                results[name].kept.extend(
+                    provider_usage.Keep(row["id"], name, "in_flight", provider_usage.REASONS["in_flight"])
+                    for row in open_by_account[name]
+                )
+            return list(results.values())
         if not ledger.claim_poll(admin_key_env, POLL_EVERY, now=now):
             for name in key_ids:
                 results[name].skipped = (
