@@ -1733,11 +1733,14 @@ def audit(from_provider, account, days, json_):
     against the provider's own reports.
 
     With --from-provider, for each account and UTC day: the ledger's settled spend beside the
-    usage the organization's usage report shows on the account's key, priced at the shipped
-    prices ('outside' is spend that never went through the ledger: another tool on the same
-    key, or attempts still open). For each organization and day: the cost report (what was
-    billed) beside all its usage at the shipped prices ('drift' means the shipped prices
-    disagree with the bill) and usage on keys no account declares (the console, other tools).
+    usage the organization's report shows on the account's key at the shipped list prices
+    ('outside' is spend that never went through the ledger, by cause: batch or priority usage,
+    or standard usage of another tool on the same key or of attempts still open). For each
+    organization and day: the bill split by cost type, token type, service tier and inference
+    geo, beside all its usage at list prices, with its discounts, the us surcharge, costs only
+    billed (code execution, sessions), Priority Tier usage the cost endpoint leaves out and usage
+    on keys no account declares named; 'unexplained' is what none of them explains. Reads the
+    Usage and Cost Analytics API, or the legacy reports where it is not offered.
     See docs/architecture.md "Auditing against the bill".
 
     \b
@@ -1784,6 +1787,12 @@ def _audit_from_provider(account, days, json_):
     def money(value):
         return "?" if value is None else usd_fine(value)
 
+    def difference(value):
+        return "?" if value is None else (usd_fine(value) if value else "")
+
+    def parts(sums, label=lambda name: name.replace("_", " ")):
+        return ", ".join(f"{label(name)} {usd_fine(value)}" for name, value in sums.items() if value)
+
     if json_:
         echo_json({
             "accounts": [row.as_dict() for row in account_days],
@@ -1793,30 +1802,57 @@ def _audit_from_provider(account, days, json_):
         })
     else:
         if account_days:
-            table = [("account", "day (UTC)", "ledger", "usage report", "outside ledger", "open")]
+            table = [("account", "day (UTC)", "ledger", "usage report", "outside ledger", "causes", "us surcharge", "open")]
             for row in account_days:
+                causes = ""
+                if row.outside_nusd and row.by_service_tier is not None:
+                    named = {tier: value for tier, value in row.by_service_tier.items() if tier != "standard"}
+                    named["standard"] = row.outside_standard_nusd
+                    causes = parts(named)
                 table.append((row.account, row.day, money(row.ledger_nusd), money(row.usage_nusd),
-                              money(row.outside_nusd) if row.outside_nusd else ("" if row.outside_nusd == 0 else "?"),
+                              difference(row.outside_nusd), causes, difference(row.us_surcharge_nusd),
                               str(row.open_attempts or "")))
             _table(table)
             click.echo()
         if organization_days:
-            table = [("organization of", "day (UTC)", "billed", "usage at shipped prices", "price drift", "undeclared keys")]
+            table = [("organization of", "day (UTC)", "billed", "usage at list", "discount", "code execution, sessions",
+                      "priority*", "undeclared keys", "unexplained")]
             for row in organization_days:
+                others = None
+                if row.by_cost_type is not None:
+                    others = sum(value for name, value in row.by_cost_type.items() if name not in ("tokens", "web_search"))
                 table.append((",".join(row.accounts), row.day, money(row.billed_nusd), money(row.usage_nusd),
-                              money(row.drift_nusd) if row.drift_nusd else ("" if row.drift_nusd == 0 else "?"),
-                              money(row.undeclared_nusd) if row.undeclared_nusd else ""))
+                              difference(row.discount_nusd), difference(others), difference(row.priority_nusd),
+                              difference(row.undeclared_nusd), difference(row.unexplained_nusd)))
             _table(table)
+            if any(row.priority_nusd for row in organization_days):
+                click.echo("* Priority Tier usage at list prices: the cost endpoint does not bill it")
+            for row in organization_days:
+                if not row.billed_nusd:
+                    continue
+                geo = parts(row.by_inference_geo, str)
+                if row.us_surcharge_nusd:
+                    geo += f" (us surcharge {usd_fine(row.us_surcharge_nusd)})"
+                api = "Analytics API" if row.report == "analytics" else "legacy cost report; discount inferred from batch usage"
+                click.echo(f"\n{','.join(row.accounts)} {row.day} billed by cause ({api}):")
+                _table([
+                    ("  cost type:", parts(row.by_cost_type)),
+                    ("  token type:", parts(row.by_token_type, str) or "-"),
+                    ("  service tier:", parts(row.by_service_tier)),
+                    ("  inference geo:", geo),
+                ])
+            if inferred or errors:
+                click.echo()
         for name, key_id in inferred.items():
             click.echo(
                 f"{name}: compared with {key_id}, inferred as its organization's only active API key; "
                 f"confirm it with llm accounts set {name} --api-key-id {key_id}"
             )
         for names_, error in errors:
-            click.echo(f"{', '.join(names_)}: reports not read: {error}")
+            click.echo(f"{', '.join(names_)}: not audited: {error}")
     if errors:
         first = errors[0][1]
-        fail(AccountsError(first.code, f"could not read the reports of {', '.join(n for names_, _ in errors for n in names_)}"))
+        fail(AccountsError(first.code, f"could not audit {', '.join(n for names_, _ in errors for n in names_)} (see above)"))
 
 
 @accounts.command()

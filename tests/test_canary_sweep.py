@@ -154,7 +154,8 @@ def test_no_path_shows_stores_or_logs_a_run_of_the_key(
     # The Admin API was really read, with the admin key, by the commands and the automatic pass.
     assert provider_pass.wait_for_background(30)
     assert any(r["path"].startswith("/v1/organizations/") and r["auth"] == "admin" for r in server.requests)
-    assert any(r["path"].startswith("/v1/organizations/usage_report/messages") for r in server.requests)
+    usage_paths = ("/v1/organizations/usage_report/messages", "/v1/organizations/analytics/usage")
+    assert any(r["path"].startswith(usage_paths) for r in server.requests)
     assert run("accounts", "export", str(tmp_path / "export.db")).exit_code == 0
     outputs.append(asyncio.run(_datasette_pages(ledger_path)))
     outputs.extend(record.getMessage() for record in caplog.records)

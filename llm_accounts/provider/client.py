@@ -172,6 +172,25 @@ def analytics_cost_days(http, base, secret, start, end, group_by=("cost_type", "
     return items
 
 
+def analytics_usage_days(http, base, secret, start, end, group_by=USAGE_GROUPS):
+    """Daily usage rows of the whole organization on the Analytics API (every key, and usage no
+    key authenticated: no ``api_key_ids[]`` filter), for the audit: grouped by key, model,
+    service tier, inference geo and speed unless told, at most 31 days a request, paged by rows."""
+    items, at = [], start
+    while at < end:
+        until = min(end, at + ANALYTICS_DAY_RANGE)
+        params = {
+            "starting_at": _iso(at),
+            "ending_at": _iso(until),
+            "time_bucket_width": "1d",
+            "group_by[]": list(group_by),
+            "limit": ANALYTICS_ROWS,
+        }
+        items.extend(_paged(http, base, ANALYTICS_USAGE_PATH, params, secret, ANALYTICS_BETA))
+        at = until
+    return items
+
+
 def refused_as_unoffered(error):
     """Whether an Analytics API error means this organization has no Analytics API (404 or 403),
     so the legacy report is read instead."""
@@ -194,21 +213,25 @@ def usage_minutes(http, base, secret, start, end, key_ids):
     return Read("messages", _paged(http, base, USAGE_PATH, params, secret), start, end)
 
 
-def usage_days(http, base, secret, start, end):
-    """Daily usage buckets, grouped by key and model, for the whole organization."""
+def usage_days(http, base, secret, start, end, group_by=("api_key_id", "model")):
+    """Daily usage buckets, grouped by ``group_by`` (key and model unless told), for the whole
+    organization."""
     params = {
         "starting_at": _iso(start),
         "ending_at": _iso(end),
         "bucket_width": "1d",
-        "group_by[]": ["api_key_id", "model"],
+        "group_by[]": list(group_by),
         "limit": DAY_PAGE,
     }
     return _paged(http, base, USAGE_PATH, params, secret)
 
 
-def cost_days(http, base, secret, start, end):
-    """Daily cost buckets for the whole organization (amounts in cents, decimal strings)."""
+def cost_days(http, base, secret, start, end, group_by=()):
+    """Daily cost buckets for the whole organization (amounts in cents, decimal strings); grouped
+    by ``description``, each result also names its cost type, token type, model, tier and geo."""
     params = {"starting_at": _iso(start), "ending_at": _iso(end), "bucket_width": "1d", "limit": DAY_PAGE}
+    if group_by:
+        params["group_by[]"] = list(group_by)
     return _paged(http, base, COST_PATH, params, secret)
 
 
