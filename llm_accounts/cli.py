@@ -384,7 +384,10 @@ def prices_add(file, replace):
     llm user directory; a file that breaks a rule is refused in one line naming the field and
     the rule, and nothing is added. Its models become claude-routed/<id>. A shipped price still
     wins for a model the shipped revision knows, unless your revision sets
-    "overrides_shipped": true and applies from a later date.
+    "overrides_shipped": true and applies from a later date; a replaced shipped price is said on
+    stderr, old -> new rates. A shipped model may not get a smaller context window or maximum
+    output than the shipped one, a shipped name may not be spelt in another case (names are
+    matched ignoring case), and a rate may be 0 only in a model that says "free": true.
 
     \b
     Example:
@@ -402,6 +405,9 @@ def prices_add(file, replace):
     from . import price_book
 
     click.echo(f"Added price revision {revision.id} ({destination}), applying from {revision.applies_from}")
+    # Replacing a shipped price changes what every later attempt on it settles at: said, old -> new.
+    for line in user_prices.shipped_replacements(revision, price_book.current().shipped):
+        click.echo(f"llm-accounts: {line}", err=True)
     routable = []
     for entry in price_book.current().entries:
         if entry.revision.id != revision.id:

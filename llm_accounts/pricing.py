@@ -121,6 +121,9 @@ class ModelPrice:
     status: str  # "active" | "deprecated" | "retired" (kept to settle old attempts; never quoted)
     rates: Rates
     long_context: tuple[int, Rates] | None = None  # (threshold on total input tokens, rates above it)
+    # A user revision's model priced at zero on purpose: only then may a rate be 0
+    # (docs/pricing.md "Your own price revisions"; checked by user_prices).
+    free: bool = False
 
     def rates_for(self, total_input_tokens):
         """The tier a request with this many input tokens (fresh + written + read) is billed at."""
@@ -226,6 +229,7 @@ MODEL_FIELDS = {
     "status": True,
     "rates": True,
     "long_context": False,
+    "free": False,
 }
 LONG_CONTEXT_FIELDS = {"above_input_tokens": True, "rates": True}
 MAX_MODEL_ID_CHARS = 128  # as long as an id a model list may hold (catalog.MAX_ID_CHARS)
@@ -343,6 +347,9 @@ def _model_price(data, where):
             _rates(tier["rates"], f"{where}.long_context.rates"),
         )
     display_name = data.get("display_name")
+    free = data.get("free", False)
+    if not isinstance(free, bool):
+        raise PriceFileError(f"{where}.free: must be true or false")
     return ModelPrice(
         id=model_id,
         aliases=aliases,
@@ -352,6 +359,7 @@ def _model_price(data, where):
         status=data["status"],
         rates=_rates(data["rates"], f"{where}.rates"),
         long_context=long_context,
+        free=free,
     )
 
 
