@@ -25,6 +25,7 @@ process of this llm user directory ran in), never when another clone did
 import hashlib
 import os
 import re
+import stat
 import uuid
 
 PROC = "/proc"
@@ -153,33 +154,51 @@ def record_boot():
         return
     known = _boots(path)
     try:
-        if boot not in known:
-            if len(known) >= BOOTS_KEPT or (not known and os.path.exists(path)):
-                # Full, or not a list this reads: rewritten whole, newest boots kept.
-                from .paths import write_private_bytes
+        if known is None:
+            # There but not readable as a list: a regular file (too long, say) is made anew;
+            # anything else (a FIFO, a device) is left alone and this boot goes unlisted.
+            if not stat.S_ISREG(os.lstat(path).st_mode):
+                return
+            known = []
+        if boot in known:
+            _recorded.add((path, boot))
+            return
+        if len(known) >= BOOTS_KEPT or not known and os.path.exists(path):
+            # Full, or unreadable: rewritten whole, the newest boots kept.
+            from .paths import write_private_bytes
 
-                write_private_bytes(path, "".join(f"{b}\n" for b in [*known[1 - BOOTS_KEPT:], boot]).encode())
-            else:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-                try:
+            write_private_bytes(path, "".join(f"{b}\n" for b in [*known[1 - BOOTS_KEPT:], boot]).encode())
+        else:
+            # O_NONBLOCK: a FIFO put in its place refuses at once instead of hanging the prompt.
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK, 0o600)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):
                     os.write(fd, f"{boot}\n".encode())
-                finally:
-                    os.close(fd)
+            finally:
+                os.close(fd)
     except OSError:
         return
     _recorded.add((path, boot))
 
 
 def _boots(path):
-    """The boots listed in ``path``, oldest first."""
-    text = _read_small(path)
-    return [line for line in (text or "").split() if _BOOT.fullmatch(line)]
+    """The boots listed in ``path``, oldest first; ``[]`` when there is no list, None when there
+    is one that cannot be read."""
+    from .paths import FileProblem, read_limited
+
+    try:
+        text = read_limited(path, BOOTS_LIMIT).decode("ascii")
+    except FileNotFoundError:
+        return []
+    except (FileProblem, UnicodeDecodeError):
+        return None
+    return [line for line in text.split() if _BOOT.fullmatch(line)]
 
 
 def ran_in(boot):
     """Whether a process of this machine (of this llm user directory) ran in ``boot``."""
     path = _in_user_dir(BOOTS)
-    return path is not None and boot in _boots(path)
+    return path is not None and boot in (_boots(path) or ())
 
 
 def _started(pid):
@@ -188,10 +207,10 @@ def _started(pid):
     after its last ``)``."""
     try:
         with open(f"{PROC}/{pid}/stat") as f:
-            stat = f.read()
+            line = f.read()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
+    fields = line.rsplit(")", 1)[1].split()
     return fields[19], fields[0]
 
 

@@ -188,3 +188,15 @@ def test_the_list_of_boots_keeps_only_the_newest(monkeypatch, user_path):
     assert listed == boots[-3:]
     assert (user_path / "accounts-boots").stat().st_mode & 0o777 == 0o600
     assert liveness.ran_in(boots[-1]) and not liveness.ran_in(boots[0])
+
+
+def test_a_fifo_in_place_of_the_list_of_boots_neither_hangs_nor_is_replaced(monkeypatch, user_path):
+    from llm_accounts import liveness
+
+    os.mkfifo(user_path / "accounts-boots")
+    monkeypatch.setattr(liveness, "_boot_id", lambda: "44444444-4444-4444-8444-444444444444")
+    liveness.record_boot()  # returns at once: nothing reads the FIFO
+    assert not liveness.ran_in("44444444-4444-4444-8444-444444444444")
+    import stat
+
+    assert stat.S_ISFIFO((user_path / "accounts-boots").lstat().st_mode)
