@@ -86,7 +86,7 @@ def this_host():
     digest of it when that is not a plain identifier), then ``:`` and a short id of the machine
     (``liveness.machine_id``), since cloned machines share a host name and must never judge each
     other's processes (docs/architecture.md "A process that is gone", "Failure classes and
-    health"). This boot is recorded as one this machine ran in (``liveness.record_boot``)."""
+    health")."""
     import hashlib
     import socket
 
@@ -95,7 +95,6 @@ def this_host():
     name = socket.gethostname()
     if not HOST_RE.fullmatch(name) or "sk-ant" in name.lower():
         name = "host-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:16]
-    liveness.record_boot()
     machine = liveness.machine_id()
     return name if machine is None else f"{name}:{machine}"
 
