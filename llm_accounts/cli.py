@@ -396,7 +396,10 @@ def prices_add(file, replace):
     llm user directory; a file that breaks a rule is refused in one line naming the field and
     the rule, and nothing is added. Its models become claude-routed/<id>. A shipped price still
     wins for a model the shipped revision knows, unless your revision sets
-    "overrides_shipped": true and applies from a later date.
+    "overrides_shipped": true and applies from a later date; a replaced shipped price is said on
+    stderr, old -> new rates. A shipped model may not get a smaller context window or maximum
+    output than the shipped one, a shipped name may not be spelt in another case (names are
+    matched ignoring case), and a rate may be 0 only in a model that says "free": true.
 
     \b
     Example:
@@ -414,6 +417,9 @@ def prices_add(file, replace):
     from . import price_book
 
     click.echo(f"Added price revision {revision.id} ({destination}), applying from {revision.applies_from}")
+    # Replacing a shipped price changes what every later attempt on it settles at: said, old -> new.
+    for line in user_prices.shipped_replacements(revision, price_book.current().shipped):
+        click.echo(f"llm-accounts: {line}", err=True)
     routable = []
     for entry in price_book.current().entries:
         if entry.revision.id != revision.id:
@@ -1069,8 +1075,9 @@ def status(json_, check):
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
     previous month). "open" is the worst-case ceiling of attempts not yet settled; "today" is the
-    day's spend and what is left of a daily budget. Notes say since when a failing account fails
-    and which accounts 'llm accounts remove' removed. Under the table, each account's pace: when
+    day's spend and what is left of a daily budget. Notes say since when a failing account fails,
+    which accounts 'llm accounts remove' removed and which have NO KEY (their key_env is in none of
+    the places keys are read from; new conversations move past them). Under the table, each account's pace: when
     its budget runs out at the rate of its last 7 days' settled spend, against the period's reset,
     and how much a day is left to last the period. A limit below the ceiling of a plain
     claude-routed prompt is warned about (in --json, under "warnings").
@@ -1109,12 +1116,16 @@ def status(json_, check):
     except AccountsError as error:
         fail(error)
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
+    key_states = _key_states(declared)
     problems = _check_problems(lines, declared) if check else []
     if json_:
         echo_json(
             {
                 "routed": bool(declared),
-                "accounts": [{**line.as_dict(), "model_list": model_lists[line.name].as_dict()} for line in lines],
+                "accounts": [
+                    {**line.as_dict(), "model_list": model_lists[line.name].as_dict(), "key": key_states.get(line.name)}
+                    for line in lines
+                ],
                 "warm_prefix": _warm_json(warmth),
                 "warnings": _small_limits(declared),
             }
@@ -1147,6 +1158,8 @@ def status(json_, check):
             notes.append(f"BLOCKED ({line.blocked_reason})")
         if line.failing_since:
             notes.append(f"failing since {line.failing_since[:16].replace('T', ' ')} UTC")
+        if key_states.get(line.name) == "missing":
+            notes.append(f"NO KEY ({next(a.key_env for a in declared if a.name == line.name)})")
         if line.config_conflict:
             notes.append("declaration differs from this period's budget")
         if not line.declared and not line.removed_at:
@@ -1208,6 +1221,19 @@ def status(json_, check):
         if note:
             click.echo(note)
     _exit_on_problems(problems)
+
+
+def _key_states(declared):
+    """Per declared account, whether its key_env is found by name (``keys.key_state``): an
+    account whose key is missing looks healthy to the ledger, but new conversations move past it
+    and a conversation bound to it fails (docs/architecture.md "Key resolution")."""
+    from . import keys
+    from .declarations import load_declaration
+
+    if not declared:
+        return {}
+    declaration = load_declaration()
+    return {account.name: keys.key_state(account.key_env, declaration) for account in declared}
 
 
 def _check_problems(lines, declared):
@@ -2016,7 +2042,8 @@ def ladder(model_id, client, json_):
     Each account gets the verdict admission would give a prompt on --model without
     -o max_tokens: the same function decides both, so an account listed as available takes
     that attempt and any other is listed last with the reason and the refusal's code (a budget
-    that cannot hold the model's ceiling, a block, a cooldown, a model it does not serve).
+    that cannot hold the model's ceiling, a block, a cooldown, a model it does not serve, a key
+    found nowhere: credential_missing).
     Available accounts are ordered by rank (lower is preferred), then committed utilization
     relative to budget x weight, then the name. A request's warm system prompt and the
     conversations in flight can still reorder accounts within a rank. Bound conversations never
@@ -2054,7 +2081,13 @@ def ladder(model_id, client, json_):
         client = client or os.environ.get("LLM_ACCOUNTS_CLIENT") or None
         with Ledger() as ledger:
             lines, verdicts = ledger.ladder(accounts_, quote, client=client)
-        rungs = ladder_module.build(lines, verdicts)
+        # An account whose key is missing is moved past, not sent on (docs/architecture.md "Failover").
+        from . import keys
+
+        keyless = {
+            a.name: a.key_env for a in accounts_ if keys.key_state(a.key_env, declaration) == "missing"
+        }
+        rungs = ladder_module.build(lines, verdicts, keyless)
         # A model the account does not serve: say whether its declaration or its fetched list lacks it.
         declared_by_name = {a.name: a for a in declaration.accounts}
         rungs = [

@@ -256,6 +256,27 @@ def _kill(process):
         process.stdout.close()
 
 
+def key_state(key_env, declaration, *, environ=None, cwd=None):
+    """Whether a step of resolution holds the *name* ``key_env``, for ``llm accounts status``
+    and ``ladder`` (docs/architecture.md "Key resolution"): ``"found"`` (the environment, a
+    dotenv file or ``llm keys`` has it; whether its value is valid is for the attempt to say),
+    ``"missing"`` (none has it and no lookup command is configured: an attempt would be
+    ``credential_missing``) or ``"unchecked"`` (only the secret lookup command, which is never run
+    off the request path, or an unreadable file could tell). No value is kept or compared."""
+    environ = os.environ if environ is None else environ
+    if key_env in environ:
+        return "found"
+    cwd = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
+    try:
+        if any(key_env in read_dotenv(cwd / filename) for filename in DOTENV_FILES):
+            return "found"
+        if _keys_json(key_env, None) is not None:
+            return "found"
+    except AccountsError as error:
+        return "found" if error.code == "credential_invalid" else "unchecked"
+    return "unchecked" if declaration.lookup else "missing"
+
+
 def resolve_key(key_env, declaration, *, environ=None, cwd=None, lookup_timeout=LOOKUP_TIMEOUT):
     """Resolve ``key_env`` to a ``Secret``, strictly, for one attempt (docs/security.md "Reading a
     key")."""

@@ -2,7 +2,8 @@
 
 Built from ``Ledger.ladder``: the status lines and, per declared account, the verdict of the very
 function admission uses (``selection.verdict``) for an attempt on one model, so an account shown
-as available is one ``reserve`` admits and any other carries the refusal's code. Available
+as available is one ``reserve`` admits and a prompt can be sent on, and any other carries the
+refusal's code (``credential_missing`` for an account whose key is missing). Available
 accounts are ordered as the reservation orders candidates (``selection.order``): ranks first,
 then committed utilization over budget x weight, then name. A request's warm prefix and the
 conversations in flight can still reorder accounts within a rank; unavailable accounts are
@@ -51,13 +52,26 @@ def quote_for(model_id, revision=None, max_tokens=None):
     return pricing.quote(freeze(body), revision)
 
 
-def build(statuses, verdicts):
-    """Rungs from ``Ledger.ladder``'s ``(status lines, {name: Verdict})``."""
+def build(statuses, verdicts, keyless=None):
+    """Rungs from ``Ledger.ladder``'s ``(status lines, {name: Verdict})``.
+
+    ``keyless`` maps accounts whose key is missing to their ``key_env`` (``keys.key_state``):
+    the ledger would admit them, but a new conversation finds no key and moves past them
+    (docs/architecture.md "Failover"), so they are listed with the others it does not take."""
+    keyless = keyless or {}
     available, unavailable = [], []
     for status in statuses:
         committed = status.spent_nusd + status.open_ceiling_nusd
         verdict = verdicts.get(status.name)
-        if verdict is None:
+        if verdict is not None and verdict.code is None and status.name in keyless:
+            key_env = keyless[status.name]
+            unavailable.append(
+                Rung(None, status.name, status.rank, status.weight, committed, status.budget_nusd, False,
+                     f"no key: {key_env} is in none of the places keys are read from "
+                     f"(set it, or run 'llm keys set {key_env}'); new conversations move past it",
+                     "credential_missing")
+            )
+        elif verdict is None:
             # What a reservation pinned to it answers.
             unavailable.append(
                 Rung(None, status.name, status.rank, status.weight, committed, status.budget_nusd, False,

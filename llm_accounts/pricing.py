@@ -135,6 +135,9 @@ class ModelPrice:
     # applied to every token category (docs/pricing.md "Inference geo (data residency)"). Empty:
     # the model has only the standard routing, and a request naming a geo is not priced.
     inference_geo: tuple[tuple[str, Fraction], ...] = ()
+    # A user revision's model priced at zero on purpose: only then may a rate be 0
+    # (docs/pricing.md "Your own price revisions"; checked by user_prices).
+    free: bool = False
 
     def rates_for(self, total_input_tokens):
         """The tier a request with this many input tokens (fresh + written + read) is billed at."""
@@ -249,6 +252,7 @@ MODEL_FIELDS = {
     "rates": True,
     "long_context": False,
     "inference_geo": False,  # docs/pricing.md "Inference geo (data residency)"
+    "free": False,
 }
 LONG_CONTEXT_FIELDS = {"above_input_tokens": True, "rates": True}
 MAX_MODEL_ID_CHARS = 128  # as long as an id a model list may hold (catalog.MAX_ID_CHARS)
@@ -367,6 +371,9 @@ def _model_price(data, where):
         )
     display_name = data.get("display_name")
     inference_geo = _geo_multipliers(data["inference_geo"], f"{where}.inference_geo") if "inference_geo" in data else ()
+    free = data.get("free", False)
+    if not isinstance(free, bool):
+        raise PriceFileError(f"{where}.free: must be true or false")
     return ModelPrice(
         id=model_id,
         aliases=aliases,
@@ -377,6 +384,7 @@ def _model_price(data, where):
         rates=_rates(data["rates"], f"{where}.rates"),
         long_context=long_context,
         inference_geo=inference_geo,
+        free=free,
     )
 
 

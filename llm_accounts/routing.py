@@ -6,9 +6,10 @@ both loops make the same ones:
 - every physical attempt reserves before it is sent and settles once (docs/architecture.md "Ceilings
   and settlement");
 - a key is resolved only for the account the ledger chose, and a failure to resolve settles the
-  attempt as never sent without trying another account (docs/architecture.md "Key resolution");
-- a *new* conversation whose first attempt was refused with 429 or 529, or never sent, moves to
-  the next candidate, at most four accounts; nothing else moves (docs/architecture.md "Failover");
+  attempt as never sent (docs/architecture.md "Key resolution");
+- a *new* conversation whose first attempt was refused with 429 or 529, or never sent, or found
+  no key at all, moves to the next candidate, at most four accounts; nothing else moves
+  (docs/architecture.md "Failover");
 - a 500, 502, 503 or 504 is unknown (its attempt stays open) but retried on the same account, as
   the SDK does, never moved (docs/architecture.md "Retries");
 - a refusal that only ceilings in flight caused waits for room, up to the prompt's bound, then
@@ -155,7 +156,16 @@ class RoutedCall:
             missing = error
         if missing is not None:
             self._settle(attempt_id, NotSent(), "not_sent", 0)
-            raise AccountsError(missing.code, f"account '{account.name}': {missing.message}", account=account.name)
+            error = AccountsError(
+                missing.code, f"account '{account.name}': {missing.message}", account=account.name, attempt_id=attempt_id
+            )
+            if missing.code == "credential_missing" and self._may_move_on():
+                # Nothing was sent, so a new conversation moves on as after a 429: within the
+                # same bound, never retrying this account (docs/architecture.md "Failover").
+                self.failures.append((account.name, "no key", error))
+                self.last_retriable = None
+                return self.begin()
+            raise self._noted(error)
         return Attempt(reservation, secret)
 
     def take_wait(self):

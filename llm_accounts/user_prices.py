@@ -2,7 +2,8 @@
 (docs/pricing.md "Your own price revisions").
 
 ``llm accounts prices add FILE`` validates a file as strictly as the shipped revision
-(``pricing.parse_price_file``), checks that no string in it holds a run of a declared key, and
+(``pricing.parse_price_file``), holds it to what the shipped table says of the same models
+(``check_against_shipped``), checks that no string in it holds a run of a declared key, and
 copies it here whole or not at all; a file put here by hand is read the same way. A file that
 breaks a rule is not used, and each command that reads prices says so in one coded line; the
 others still are. Each revision's id is ``user:<revision>``, recorded on every attempt it
@@ -55,9 +56,102 @@ def _read_file(path, origin=pricing.USER):
         return None, error.reason
     try:
         revision = pricing.parse_price_file(raw, origin)
+        check_against_shipped(revision, pricing.current_revision())
     except ValueError as error:  # PriceFileError, or a field reader's own ValueError: both name paths
         return None, str(error)
     return revision, None
+
+
+def check_against_shipped(revision, shipped):
+    """What a user revision may not do beyond the file format (docs/pricing.md "Your own price
+    revisions"), raised as ``PriceFileError`` naming the field and the rule, never the file's text:
+
+    - a model name that differs from a shipped model's id or alias, or from another name of the
+      file, only by case: model names are matched ignoring case, so ``Claude-Haiku-4-5`` would
+      otherwise be a second, separately priced model;
+    - a ``context_window`` or ``max_output`` below the shipped table's for the same model: a
+      ceiling prices the whole window ("Ceiling"), so a smaller window would admit a prompt its
+      ceiling does not cover;
+    - a rate of zero, unless the model says ``"free": true``: a zero rate settles real usage at
+      nothing, so it must be meant.
+    """
+    shipped_names = {}
+    for price in shipped.models.values():
+        for name in (price.id, *price.aliases):
+            shipped_names[name.lower()] = (name, price)
+    own = {}
+    for index, price in enumerate(revision.models.values()):
+        where = f"models[{index}]"
+        named = [(f"{where}.id", price.id)] + [
+            (f"{where}.aliases[{position}]", alias) for position, alias in enumerate(price.aliases)
+        ]
+        replaced = {}
+        for field, name in named:
+            folded = name.lower()
+            if folded in own:
+                raise pricing.PriceFileError(
+                    f"{field}: differs only by case from {own[folded]}'s name; model names are matched ignoring case"
+                )
+            own[folded] = where
+            if folded in shipped_names:
+                exact, shipped_price = shipped_names[folded]
+                if exact != name:
+                    raise pricing.PriceFileError(
+                        f"{field}: differs only by case from the shipped model name {exact}; model names are matched "
+                        "against the shipped ones ignoring case, so use its exact spelling"
+                    )
+                replaced[shipped_price.id] = shipped_price
+        for shipped_price in replaced.values():
+            for size, what in (("context_window", "context window"), ("max_output", "maximum output")):
+                if getattr(price, size) < getattr(shipped_price, size):
+                    raise pricing.PriceFileError(
+                        f"{where}.{size}: must be at least the shipped revision's {what} for {shipped_price.id} "
+                        f"({getattr(shipped_price, size):,} tokens); a ceiling prices the whole window and max_tokens "
+                        "up to the maximum output, so a smaller figure would not bound what the model accepts"
+                    )
+        if not price.free:
+            tiers = [("rates", price.rates)]
+            if price.long_context is not None:
+                tiers.append(("long_context.rates", price.long_context[1]))
+            for tier, rates in tiers:
+                for name in pricing.RATE_NAMES:
+                    if getattr(rates, name) == 0:
+                        raise pricing.PriceFileError(
+                            f'{where}.{tier}.{name}: must not be zero unless the model says "free": true '
+                            "(it prices a free model on purpose)"
+                        )
+
+
+def shipped_replacements(revision, shipped):
+    """One line per shipped price ``revision`` replaces (price_book's rule: it says
+    ``overrides_shipped`` and applies after the shipped revision), with the rates old -> new in
+    US dollars per million tokens; ``prices add`` prints them on stderr."""
+    if not (revision.overrides_shipped and revision.applies_from > shipped.applies_from):
+        return []
+    lines = []
+    for price in revision.models.values():
+        olds = {}
+        for name in (price.id, *price.aliases):
+            old = shipped.model(name)
+            if old is not None:
+                olds[old.id] = old
+        for old in olds.values():
+            changes = [
+                f"{name} {pricing.per_mtok(getattr(old.rates, name))} -> {pricing.per_mtok(getattr(price.rates, name))}"
+                for name in pricing.RATE_NAMES
+            ]
+            line = (
+                f"{revision.id} replaces the shipped price of {old.id} ({shipped.id}) from {revision.applies_from}, "
+                f"USD per million tokens: {', '.join(changes)}"
+            )
+            if old.long_context != price.long_context:
+                line += "; long-context tier " + (
+                    "dropped" if price.long_context is None
+                    else f"above {price.long_context[0]:,} input tokens: "
+                    + ", ".join(f"{name} {pricing.per_mtok(getattr(price.long_context[1], name))}" for name in pricing.RATE_NAMES)
+                )
+            lines.append(line)
+    return lines
 
 
 def load_user_revisions(directory=None):

@@ -27,19 +27,28 @@ def at_now(monkeypatch):
     monkeypatch.setattr(clock, "now", lambda: NOW)
 
 
+@pytest.fixture
+def keys_set(user_path):
+    """Every account here has a key in llm keys: one without is listed as unavailable
+    (tests/test_missing_key.py)."""
+    from conftest import make_key
+
+    (user_path / "keys.json").write_text(json.dumps({name: make_key() for name in ("ALPHA_KEY", "BETA_KEY", "GAMMA_KEY")}))
+
+
 def ladder_json():
     result = CliRunner().invoke(cli, ["accounts", "ladder", "--json"])
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
 
-def test_ranks_come_first_then_the_account_furthest_behind_pace(ledger_path, at_now):
+def test_ranks_come_first_then_the_account_furthest_behind_pace(ledger_path, at_now, keys_set):
     save_accounts_file([ALPHA, BETA, GAMMA], None)
     Ledger().adjust("spent", ALPHA, clock.credit_month(NOW), 3 * NANO, "test")
     assert [(r["position"], r["account"]) for r in ladder_json()] == [(1, "beta"), (2, "alpha"), (3, "gamma")]
 
 
-def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path):
+def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path, keys_set):
     save_accounts_file([ALPHA, BETA], None)
     Ledger().block(ALPHA, "manual")
     rungs = ladder_json()
@@ -47,7 +56,7 @@ def test_a_blocked_account_is_listed_last_with_its_reason(ledger_path):
     assert rungs[-1]["reason"].startswith("blocked")
 
 
-def test_an_account_out_of_budget_is_not_available(ledger_path, at_now):
+def test_an_account_out_of_budget_is_not_available(ledger_path, at_now, keys_set):
     save_accounts_file([ALPHA, BETA], None)
     Ledger().adjust("spent", BETA, clock.credit_month(NOW), BETA.budget_nusd, "test")
     assert [(r["account"], r["reason"]) for r in ladder_json()] == [("alpha", "available"), ("beta", "budget reached")]
@@ -67,7 +76,7 @@ def test_a_cooling_account_is_listed_with_its_cooldown(accounts, ledger_path):
     assert alpha["reason"].startswith("cooling down after rate_limited until")
 
 
-def test_ladder_json_gives_money_in_nanodollars_like_status(ledger_path, at_now):
+def test_ladder_json_gives_money_in_nanodollars_like_status(ledger_path, at_now, keys_set):
     save_accounts_file([ALPHA], None)
     Ledger().adjust("spent", ALPHA, clock.credit_month(NOW), 3 * NANO, "test")
     [rung] = ladder_json()

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
+from conftest import make_key
 from llm_accounts import clock, health, schema
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
@@ -353,7 +354,7 @@ def default_quote(model):
     return price(freeze(body))
 
 
-def test_the_ladders_verdict_per_account_is_what_admission_does_for_that_model(ledger_path, frozen_clock):
+def test_the_ladders_verdict_per_account_is_what_admission_does_for_that_model(ledger_path, frozen_clock, user_path):
     ceiling = default_quote(MODEL).ceiling_nusd
     accounts = [
         Account("roomy", "ROOMY_KEY", 100 * ceiling),
@@ -364,6 +365,8 @@ def test_the_ladders_verdict_per_account_is_what_admission_does_for_that_model(l
         Account("haiku", "HAIKU_KEY", 10 * ceiling, models=(OTHER_MODEL,)),
     ]
     save_accounts_file(accounts, None)
+    # Every key is stored: the ladder lists an account without one as unavailable (credential_missing).
+    (user_path / "keys.json").write_text(json.dumps({account.key_env: make_key() for account in accounts}))
     month = clock.credit_month(T0)
     with Ledger() as ledger:
         ledger.adjust("j1", accounts[1], month, ceiling, "spend outside llm", now=T0)

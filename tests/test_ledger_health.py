@@ -469,13 +469,17 @@ def test_mark_removed_sets_removed_at_once_and_the_next_admission_clears_it(ledg
 
 
 def test_this_host_is_the_host_name_or_a_digest_of_an_unusual_one(monkeypatch):
+    # Then ":" and a short id of the machine (tests/test_same_host_name.py).
     import socket
 
+    from llm_accounts import liveness
     from llm_accounts.ledger import this_host
 
+    machine = liveness.machine_id()
     monkeypatch.setattr(socket, "gethostname", lambda: "build-7.example")
-    assert this_host() == "build-7.example"
+    assert this_host() == f"build-7.example:{machine}"
     for odd in ("my laptop", "sk-ant-api03-looks-like-a-key", "x" * 100, ""):
         monkeypatch.setattr(socket, "gethostname", lambda: odd)
-        named = this_host()
+        named, short = this_host().split(":")
+        assert short == machine
         assert named.startswith("host-") and len(named) == 21 and (not odd or odd not in named)

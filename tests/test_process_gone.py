@@ -53,10 +53,21 @@ def test_a_pid_running_another_process_than_the_one_recorded_is_gone():
     assert liveness.gone(pid, f"{boot}:{namespace}:{int(started) + 1}")
 
 
-def test_a_process_of_an_earlier_boot_is_gone():
+def test_a_process_of_an_earlier_boot_of_this_machine_is_gone(monkeypatch):
+    pid, token = liveness.this_process()
+    boot, namespace, started = token.split(":")
+    earlier = "00000000-0000-0000-0000-000000000000"
+    monkeypatch.setattr(liveness, "_boot_id", lambda: earlier)
+    liveness.record_boot()  # this machine ran in that boot
+    monkeypatch.setattr(liveness, "_boot_id", lambda: boot)
+    assert liveness.gone(pid, f"{earlier}:{namespace}:{started}")
+
+
+def test_a_process_of_a_boot_this_machine_never_ran_in_is_not_gone():
+    # A clone sharing this machine's id and name: only it can tell (tests/test_same_host_name.py).
     pid, token = liveness.this_process()
     _, namespace, started = token.split(":")
-    assert liveness.gone(pid, f"00000000-0000-0000-0000-000000000000:{namespace}:{started}")
+    assert not liveness.gone(pid, f"00000000-0000-0000-0000-000000000000:{namespace}:{started}")
 
 
 def test_a_process_of_another_pid_namespace_is_never_said_to_be_gone():

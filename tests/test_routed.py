@@ -156,13 +156,16 @@ def test_an_explicit_key_is_refused_while_accounts_are_declared(accounts, ledger
     assert accounts.requests == []
 
 
-def test_a_missing_key_refuses_before_sending_and_settles_not_sent(accounts, user_path, ledger_path):
+def test_missing_keys_refuse_before_sending_and_settle_not_sent(accounts, user_path, ledger_path):
+    # A new conversation moves past a missing key (tests/test_missing_key.py); with none anywhere
+    # it fails on the last account tried, each attempt settled as never sent.
     (user_path / "keys.json").write_text("{}")
     result = llm_cli("-m", MODEL, "Hello")
     assert result.exit_code == 1
     assert "credential_missing" in result.output
-    [row] = attempts(ledger_path)
-    assert (row["state"], row["outcome"], row["cost_nusd"]) == ("settled", "not_sent", 0)
+    rows = attempts(ledger_path)
+    assert sorted(row["account"] for row in rows) == ["alpha", "beta"]
+    assert {(row["state"], row["outcome"], row["cost_nusd"]) for row in rows} == {("settled", "not_sent", 0)}
     assert accounts.requests == []
 
 

@@ -169,7 +169,9 @@ def user_revision(**changes):
 
 
 def haiku_override(applies_from, overrides):
-    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000}
+    # The shipped model's window and maximum output: a user revision may not declare less
+    # (tests/test_user_price_rules.py).
+    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000, "max_output": 64000}
     return user_revision(revision="haiku-" + applies_from, applies_from=applies_from, overrides_shipped=overrides, models=[model])
 
 
@@ -476,7 +478,7 @@ def test_a_prompt_on_a_user_priced_model_can_be_counted(nova_priced, ledger_path
 
 
 def _haiku_override_in(user_path, applies_from):
-    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000,
+    model = {**REVISION["models"][0], "id": HAIKU, "aliases": ["claude-haiku-4-5"], "context_window": 200000, "max_output": 64000,
              "rates": {name: 1 for name in NOVA_RATES}}
     user_prices.prices_dir().mkdir(parents=True)
     data = revision_data(revision="haiku-cut", applies_from=applies_from, overrides_shipped=True, models=[model])

@@ -51,6 +51,9 @@ class Ledger:
         # The machine this ledger object admits from: host-class failures (transport) are kept
         # per host (docs/architecture.md "Failure classes and health"). Tests name hosts.
         self.host = core.this_host() if host is None else check_id(host, "host")
+        # This boot is one this machine ran in: a later boot may judge its attempts, a clone may
+        # not (docs/architecture.md "A process that is gone").
+        liveness.record_boot()
         if path is None:
             from .. import paths  # imports llm; only needed for the default path
 

@@ -82,16 +82,21 @@ def backend_for(location):
 
 
 def this_host():
-    """This machine's name as the ledger records it on attempts and ``host_health``: its host
-    name when that is a plain identifier, else a digest of it (docs/architecture.md "Failure
-    classes and health")."""
+    """This machine as the ledger records it on attempts and ``host_health``: its host name (a
+    digest of it when that is not a plain identifier), then ``:`` and a short id of the machine
+    (``liveness.machine_id``), since cloned machines share a host name and must never judge each
+    other's processes (docs/architecture.md "A process that is gone", "Failure classes and
+    health")."""
     import hashlib
     import socket
 
+    from .. import liveness
+
     name = socket.gethostname()
-    if HOST_RE.fullmatch(name) and "sk-ant" not in name.lower():
-        return name
-    return "host-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:16]
+    if not HOST_RE.fullmatch(name) or "sk-ant" in name.lower():
+        name = "host-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:16]
+    machine = liveness.machine_id()
+    return name if machine is None else f"{name}:{machine}"
 
 
 HOST_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
