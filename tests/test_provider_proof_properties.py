@@ -117,12 +117,16 @@ def test_every_open_attempt_is_settled_at_exactly_its_bill_or_kept_open(history)
 
 
 @settings(max_examples=200, deadline=None)
-@given(histories(), st.booleans(), st.integers(0, 120))
-def test_on_the_legacy_report_only_a_dedicated_key_settles_and_never_wrongly(history, dedicated, minutes_later):
+@given(histories(), st.booleans(), st.integers(0, 120), st.lists(st.booleans(), min_size=6, max_size=6))
+def test_on_the_legacy_report_only_a_dedicated_key_settles_and_never_wrongly(history, dedicated, minutes_later, late_draws):
+    # Before: a complete answer's row arriving after the interrupted attempt's was taken away from
+    # a total that did not hold it yet, settling the attempt low (bench/daily_provider.py found it).
     attempts, billed, report, own = history
     # No request counts. A dedicated key carries only the ledger's own requests (some of them
     # late: data past the ten minutes the docs lead one to expect); other keys carry anything.
     foreign = [r for r in report.rows if r not in own and (r.key_id != KEY or not dedicated)]
+    # The legacy report vouches for no freshness: any of the ledger's own rows may still be missing.
+    own = [r for r in own if not late_draws.pop()] if late_draws else own
     rows = tuple(dataclasses.replace(r, requests=None, speed=None) for r in own + foreign)
     legacy = rp.Report("messages", rows, report.covered, frozenset(), None)
     now = T0 + dt.timedelta(minutes=minutes_later)

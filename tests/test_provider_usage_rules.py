@@ -359,3 +359,12 @@ def test_an_attempt_quoted_under_a_revision_this_version_does_not_ship_stays_ope
     mine = dataclasses.replace(attempt("a"), price_revision="anthropic-1999-01-01")
     verdict = one(decide([mine], analytics(row(T0, U1)), price=pu.price_with_revision))
     assert verdict.reason == "unpriced"
+
+
+def test_on_the_legacy_report_a_complete_answer_sharing_the_span_keeps_the_attempt_open():
+    # Before: the complete answer's row, still late, was taken away from a total that did not hold
+    # it, settling the attempt low by the answer's bill (found by bench/daily_provider.py).
+    done = attempt("done", T0 + 5 * SECONDS, "settled", usage=pu.Usage(input=10, output=2))
+    verdict = one(decide([attempt("a"), done], legacy(row(T0, U1)), dedicated=True))
+    assert verdict.reason == "legacy_group"
+    assert isinstance(one(decide([attempt("a")], legacy(row(T0, U1)), dedicated=True)), pu.Settle)

@@ -28,7 +28,7 @@ For one key id and one model:
      attempt in it was refused with a status whose request count the docs do not give
      (``requests_differ``, ``refusals_in_span``); on the legacy report, which counts no requests,
      only a key its account declares dedicated to the ledger (``dedicated_key``) is settled
-     (``not_dedicated``), and only one open attempt at a time (``legacy_group``);
+     (``not_dedicated``), and only an attempt alone in its span (``legacy_group``);
    - every row's tier, geo and speed is one the attempts' price revision prices, and one geo
      only (``unpriced_modifier``, ``mixed_modifiers``);
    - every settled attempt of the span has a token count to take away, and they account for no
@@ -78,7 +78,7 @@ REASONS = {
     "not_covered": "the report read does not cover all of its minutes",
     "unreadable": "a row in its minutes lacks a documented field, so nothing there is proof",
     "not_dedicated": "the legacy usage report counts no requests, so only a key declared dedicated to the ledger (dedicated_key) is settled from it",
-    "legacy_group": "{open} open attempts share its minutes and the legacy report counts no requests, so a late one cannot be told from one that cost nothing",
+    "legacy_group": "other attempts share its minutes and the legacy report counts no requests, so a late row cannot be told from one that cost nothing",
     "requests_differ": "the report counts {requests} request(s) in its minutes where the ledger has {attempts}: other usage of the key (another tool, the Console) or data still arriving",
     "refusals_in_span": "a refused attempt shares its minutes, and the report's request count for refusals is not documented",
     "unpriced_modifier": "a row in its minutes has a service tier, inference geo or speed its price revision does not price",
@@ -361,7 +361,9 @@ def _decide_span(first, last, span, model, report, key_id, dedicated, now, price
         return keep("unreadable")
     if report.api != "analytics" and not dedicated:
         return keep("not_dedicated")
-    if report.api != "analytics" and len(open_) > 1:
+    if report.api != "analytics" and any(a.state == "open" or a.outcome not in UNBILLED for a in span if a is not open_[0]):
+        # Without request counts a row that is late cannot be told from one that cost nothing:
+        # the span must hold this one billable attempt alone.
         return keep("legacy_group")
     window = set(minutes)
     rows = [r for r in report.rows if r.key_id == key_id and r.model == model and r.minute in window]
