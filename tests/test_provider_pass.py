@@ -457,3 +457,20 @@ def test_an_interrupted_prompt_in_a_us_workspace_settles_at_the_us_rate(org, led
     assert (row["state"], row["cost_nusd"]) == ("settled", settlement_cost(usage, entry["model_id"], None, current_revision()))
     plain = {name: value for name, value in entry["usage"].items() if name != "inference_geo"}
     assert row["cost_nusd"] > settlement_cost(plain, entry["model_id"], None, current_revision())
+
+
+def test_an_organization_without_the_analytics_api_costs_one_request_a_window_after_the_first_refusal(org, ledger_path, fake_clock):
+    # Before: every automatic pass asked the Analytics API first, and read the legacy report after its 404.
+    org.set_analytics("org-alpha", False)
+    assert llm_cli("accounts", "set", "alpha", "--dedicated-key").exit_code == 0
+    interrupted()
+    assert provider_pass.wait_for_background(30)
+    fake_clock.advance(minutes=3)
+    interrupted()
+    assert provider_pass.wait_for_background(30)
+    fake_clock.advance(minutes=3)
+    assert llm_cli("-m", MODEL, "Hello again").exit_code == 0
+    assert provider_pass.wait_for_background(30)
+    analytics = [r for r in org.requests if r["path"].startswith("/v1/organizations/analytics")]
+    legacy = [r for r in org.requests if r["path"].startswith("/v1/organizations/usage_report")]
+    assert len(analytics) == 1 and len(legacy) >= 2

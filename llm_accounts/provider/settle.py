@@ -58,6 +58,8 @@ RETRY_AFTER = dt.timedelta(minutes=15)
 BACKOFF_FIRST = dt.timedelta(minutes=2)
 BACKOFF_MOST = dt.timedelta(hours=4)
 TIME_CURES = frozenset({"in_flight", "not_final", "not_covered"})
+# An organization whose Analytics API answered 404/403 is read on the legacy report alone this long.
+UNOFFERED_FOR = dt.timedelta(hours=24)
 _NAMESPACE = uuid.UUID("6f1d0d3e-3c1e-4a4e-9b5e-3f3b8c1d2a10")
 
 _background = None
@@ -154,15 +156,20 @@ def report_api():
     return value
 
 
-def _read(http, base, secret, start, end, key_ids, api, revision):
+def _read(http, base, secret, start, end, key_ids, api, revision, organization, unoffered, now):
     """One window of the organization's usage report, as a ``report.Report``: the Analytics API
-    unless told otherwise, the legacy report where the Analytics API is not offered (404/403)."""
-    if api == "analytics":
+    unless told otherwise, the legacy report where the Analytics API is not offered (404/403).
+    ``unoffered`` (``{organization: when}``) remembers such a refusal for ``UNOFFERED_FOR``, so
+    each later window costs one request, not two."""
+    known = clock.parse_aware(unoffered.get(organization)) if unoffered is not None else None
+    if api == "analytics" and (known is None or now - known >= UNOFFERED_FOR):
         try:
             return report.parse(admin_api.analytics_usage(http, base, secret, start, end, key_ids), revision)
         except AccountsError as error:
             if not admin_api.refused_as_unoffered(error):
                 raise
+            if unoffered is not None:
+                unoffered[organization] = clock.isoformat(now)
     return report.parse(admin_api.usage_minutes(http, base, secret, start, end, key_ids), revision)
 
 
@@ -176,7 +183,7 @@ def _organizations(accounts):
 
 
 def settle_organization(admin_key_env, accounts, declaration, ledger, http, *, base, cwd=None, now=None, since=None,
-                        api=None, due=None):
+                        api=None, due=None, unoffered=None):
     """Run the pass for one organization's ``accounts``: one claim on its report (at most one
     poll a minute across every process on the ledger), one read per window covering every key id,
     the rules per account. ``due(row)``: whether an open attempt is read this time (the automatic
@@ -238,7 +245,8 @@ def settle_organization(admin_key_env, accounts, declaration, ledger, http, *, b
         decided = set()  # an attempt read in two windows is decided in the first
         for start, end in windows(wanted):
             end = min(end, provider_usage.minute_of(now) + provider_usage.MINUTE)
-            read = _read(http, base, secret, start, end, sorted(set(key_ids.values())), api, revision)
+            read = _read(http, base, secret, start, end, sorted(set(key_ids.values())), api, revision,
+                         admin_key_env, unoffered, now)
             for account in accounts:
                 if account.name not in key_ids:
                     continue
@@ -305,7 +313,8 @@ def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=No
     return result
 
 
-def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None, api=None, due=None):
+def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None, api=None, due=None,
+                         unoffered=None):
     """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each,
     in declaration order. Accounts of one organization are read together."""
     base = base or transport.base_url()
@@ -314,7 +323,7 @@ def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None
     with transport.client() as http:
         for admin_key_env, members in _organizations(wanted).items():
             for result in settle_organization(admin_key_env, members, declaration, ledger, http, base=base, cwd=cwd,
-                                              now=now, since=since, api=api, due=due):
+                                              now=now, since=since, api=api, due=due, unoffered=unoffered):
                 results[result.account] = result
     return [results[a.name] for a in wanted]
 
@@ -409,9 +418,10 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
             quiet = dataclasses.replace(declaration, lookup=None)
             with Ledger(ledger_location) as ledger:
                 state = load_state(path)
+                unoffered = dict(state.get("analytics_unoffered") or {}) if isinstance(state.get("analytics_unoffered"), dict) else {}
                 results = settle_from_provider(
                     quiet, ledger, base=base, cwd=cwd, now=now, since=now - AUTOMATIC_LOOKBACK,
-                    due=backoff_due(state, now),
+                    due=backoff_due(state, now), unoffered=unoffered,
                 )
             backoff = next_backoff(state, results, now)
             failed = [r for r in results if r.error is not None]
@@ -421,6 +431,7 @@ def _settle_quietly(declaration, path, base, cwd, ledger_location):
             def record(data):
                 data["last_run"] = clock.isoformat(now)
                 data["backoff"] = backoff
+                data["analytics_unoffered"] = unoffered
                 if failed:
                     data["failed_at"], data["error"] = clock.isoformat(now), failed[0].error.code
                 else:
