@@ -636,7 +636,8 @@ def test_summary_marks_a_reached_daily_budget():
 
 
 def test_period_days_cover_the_credit_period():
-    days = dashboard.period_days("2026-11")
+    # The credit period of the file's fixed instant NOW (2026-11: 2026-10-31 to 2026-11-29).
+    days = dashboard.period_days(clock.credit_month(NOW))
     assert (days[0], days[-1], len(days)) == ("2026-10-31", "2026-11-29", 30)
 
 
@@ -803,7 +804,8 @@ def test_no_query_reads_every_attempt(query, ledger):
     "name", [name for name in dir(dashboard) if name.endswith("_SQL")]  # every statement the page runs
 )
 def test_the_dashboard_reads_aggregates_not_attempts(name, ledger):
-    params = {"month": "2026-11", "first_day": "2026-10-31", "last_day": "2026-11-29"}
+    days = dashboard.period_days(clock.credit_month(NOW))
+    params = {"month": clock.credit_month(NOW), "first_day": days[0], "last_day": days[-1]}
     plan = query_plan(ledger, getattr(dashboard, name), params)
     assert not re.search(r"\bSCAN attempt\b", plan), plan
 
@@ -942,7 +944,9 @@ async def test_the_dashboard_as_json_carries_the_same_figures(ds, at_now):
     response = await ds.client.get("/-/llm-accounts.json")
     assert response.status_code == 200
     (ledger,) = response.json()["ledgers"]
-    assert (ledger["database"], ledger["credit_period"], ledger["day"]) == ("accounts-ledger", "2026-11", "2026-11-05")
+    assert (ledger["database"], ledger["credit_period"], ledger["day"]) == (
+        "accounts-ledger", clock.credit_month(NOW), NOW.date().isoformat()
+    )
     accounts = {account["account"]: account for account in ledger["accounts"]}
     alpha = accounts["alpha"]
     assert alpha["budget"] == {"nusd": 50 * USD, "usd": "50.000000000"}
