@@ -85,16 +85,15 @@ def reconcile_group(conn, host, members, source_ref, now):
     """Close several open attempts of one account and credit period at their shares of one
     sourced total, all or none (``Ledger.reconcile_group``; docs/architecture.md "Settling from
     the provider", "Settled as a group"). ``members``: ``[(adjustment id, attempt id, cost, usage json)]``."""
-    results = [reconcile(conn, host, *member[:3], source_ref, now, usage_json=member[3], joint=True) for member in members]
+    results = [reconcile(conn, host, *member[:3], source_ref, now, usage_json=member[3]) for member in members]
     if "already_recorded" in results and set(results) != {"already_recorded"}:
         raise invalid("adjustment_id", "part of this group is already recorded and part is not; use new ids")
     return results[0] if results else "reconciled"
 
 
-def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now, usage_json=None, joint=False):
+def reconcile(conn, host, adjustment_id, attempt_id, cost_nusd, source_ref, now, usage_json=None):
     """Close an open attempt at a sourced cost (``Ledger.reconcile``). ``usage_json``: the counts
-    a usage report proved were this attempt's, kept so a later span can take them away; with
-    ``joint`` the attempt is one of a group settled at one total (``reconcile_group``)."""
+    a usage report proved were this attempt's, kept so a later span can take them away."""
     writes.lock_attempt_account(conn, attempt_id)
     row = conn.execute(
         reads.ATTEMPT_SQL,

@@ -157,9 +157,10 @@ def analytics_usage(items, days):
     return tuple(r for r in rows if r.day not in unknown), frozenset(unknown)
 
 
-def legacy_usage(buckets, days):
-    """``(rows, unknown days)`` from the legacy report's daily buckets grouped by key, model, tier
-    and geo: a day without its bucket, or with a result missing a field, is unknown."""
+def _legacy_days(buckets, days, row_of):
+    """``(rows, unknown days)`` from the legacy reports' daily buckets: ``row_of(day, result)``
+    makes each result's row, or None when a field is missing. A day without its bucket, or with
+    such a result, is unknown (never zero)."""
     rows, unknown, seen = [], set(), set()
     for bucket in buckets:
         day, results = _day(bucket), bucket.get("results")
@@ -167,15 +168,27 @@ def legacy_usage(buckets, days):
             continue
         seen.add(day)
         for result in results:
-            values = _dimensions(result, admin_api.LEGACY_GROUPS)
-            counts = report.usage_of(result)
-            if values is None or counts is None or not isinstance(values[1], str):
+            row = row_of(day, result)
+            if row is None:
                 unknown.add(day)
-                continue
-            key_id, model, tier, geo = values
-            rows.append(UsageRow(day, key_id, model, _closed(tier, SERVICE_TIERS), geo, None, counts))
+            else:
+                rows.append(row)
     unknown |= set(days) - seen
     return tuple(r for r in rows if r.day not in unknown), frozenset(unknown)
+
+
+def legacy_usage(buckets, days):
+    """``(rows, unknown days)`` from the legacy report's daily buckets grouped by key, model, tier
+    and geo."""
+
+    def row_of(day, result):
+        values, counts = _dimensions(result, admin_api.LEGACY_GROUPS), report.usage_of(result)
+        if values is None or counts is None or not isinstance(values[1], str):
+            return None
+        key_id, model, tier, geo = values
+        return UsageRow(day, key_id, model, _closed(tier, SERVICE_TIERS), geo, None, counts)
+
+    return _legacy_days(buckets, days, row_of)
 
 
 def analytics_costs(items, days):
@@ -201,22 +214,16 @@ def legacy_costs(buckets, days):
     """``(rows, unknown days)`` from the legacy cost report's daily buckets grouped by
     ``description`` (each result then names its cost type, token type, model, tier and geo; it
     gives no list amount)."""
-    rows, unknown, seen = [], set(), set()
-    for bucket in buckets:
-        day, results = _day(bucket), bucket.get("results")
-        if day is None or not isinstance(results, list):
-            continue
-        seen.add(day)
-        for result in results:
-            values = _dimensions(result, COST_GROUPS)
-            amount = nusd_of_cents(result.get("amount")) if isinstance(result, dict) else None
-            if values is None or amount is None or result.get("currency") != "USD":
-                unknown.add(day)
-                continue
-            cost_type, token_type, model, tier, geo = values
-            rows.append(CostRow(day, _closed(cost_type, COST_TYPES), token_type, model, _closed(tier, SERVICE_TIERS), geo, amount, None))
-    unknown |= set(days) - seen
-    return tuple(r for r in rows if r.day not in unknown), frozenset(unknown)
+
+    def row_of(day, result):
+        values = _dimensions(result, COST_GROUPS)
+        amount = nusd_of_cents(result.get("amount")) if isinstance(result, dict) else None
+        if values is None or amount is None or result.get("currency") != "USD":
+            return None
+        cost_type, token_type, model, tier, geo = values
+        return CostRow(day, _closed(cost_type, COST_TYPES), token_type, model, _closed(tier, SERVICE_TIERS), geo, amount, None)
+
+    return _legacy_days(buckets, days, row_of)
 
 
 # Pricing usage --------------------------------------------------------------------------------

@@ -135,23 +135,30 @@ def _ranges(start, end, most):
     return out
 
 
-def analytics_usage(http, base, secret, start, end, key_ids):
-    """One-minute usage rows of ``key_ids`` from ``start`` to ``end`` on the Analytics API, grouped
-    by key, model, service tier, inference geo and speed: one request per 24 hours (its limit for
-    one-minute buckets), each paged by rows."""
-    items, refreshed, pages = [], [], []
-    for at, until in _ranges(start, end, ANALYTICS_MINUTE_RANGE):
+def _analytics(http, base, secret, path, start, end, width, group_by, key_ids=None, pages=None):
+    """Every row of one Analytics endpoint from ``start`` to ``end``: one request per range the
+    API allows for ``width`` (24 hours of one-minute buckets, else 31 days), each paged by rows."""
+    items = []
+    for at, until in _ranges(start, end, ANALYTICS_MINUTE_RANGE if width == "1m" else ANALYTICS_DAY_RANGE):
         params = {
             "starting_at": _iso(at),
             "ending_at": _iso(until),
-            "time_bucket_width": "1m",
-            "group_by[]": list(USAGE_GROUPS),
-            "api_key_ids[]": list(key_ids),
+            "time_bucket_width": width,
+            "group_by[]": list(group_by),
+            **({} if key_ids is None else {"api_key_ids[]": list(key_ids)}),
             "limit": ANALYTICS_ROWS,
         }
-        items.extend(_paged(http, base, ANALYTICS_USAGE_PATH, params, secret, ANALYTICS_BETA, pages))
-    for page in pages:
-        refreshed.append(parse_time(page.get("data_refreshed_at")))
+        items.extend(_paged(http, base, path, params, secret, ANALYTICS_BETA, pages))
+    return items
+
+
+def analytics_usage(http, base, secret, start, end, key_ids):
+    """One-minute usage rows of ``key_ids`` from ``start`` to ``end`` on the Analytics API, grouped
+    by key, model, service tier, inference geo and speed, with the earliest ``data_refreshed_at``
+    of the pages read (None when a page did not say)."""
+    pages = []
+    items = _analytics(http, base, secret, ANALYTICS_USAGE_PATH, start, end, "1m", USAGE_GROUPS, key_ids, pages)
+    refreshed = [parse_time(page.get("data_refreshed_at")) for page in pages]
     fresh = None if not refreshed or None in refreshed else min(refreshed)
     return Read("analytics", items, start, end, fresh)
 
@@ -159,36 +166,13 @@ def analytics_usage(http, base, secret, start, end, key_ids):
 def analytics_cost_days(http, base, secret, start, end, group_by=("cost_type", "token_type", "model", "service_tier", "inference_geo")):
     """Daily cost rows on the Analytics API, for the audit: amounts post-discount (``amount``)
     and at list price (``list_amount``), in cents as decimal strings."""
-    items = []
-    for at, until in _ranges(start, end, ANALYTICS_DAY_RANGE):
-        params = {
-            "starting_at": _iso(at),
-            "ending_at": _iso(until),
-            "time_bucket_width": "1d",
-            "group_by[]": list(group_by),
-            "limit": ANALYTICS_ROWS,
-        }
-        items.extend(_paged(http, base, ANALYTICS_COST_PATH, params, secret, ANALYTICS_BETA))
-    return items
+    return _analytics(http, base, secret, ANALYTICS_COST_PATH, start, end, "1d", group_by)
 
 
 def analytics_usage_days(http, base, secret, start, end, group_by=USAGE_GROUPS):
     """Daily usage rows of the whole organization on the Analytics API (every key, and usage no
-    key authenticated: no ``api_key_ids[]`` filter), for the audit: grouped by key, model,
-    service tier, inference geo and speed unless told, at most 31 days a request, paged by rows."""
-    items, at = [], start
-    while at < end:
-        until = min(end, at + ANALYTICS_DAY_RANGE)
-        params = {
-            "starting_at": _iso(at),
-            "ending_at": _iso(until),
-            "time_bucket_width": "1d",
-            "group_by[]": list(group_by),
-            "limit": ANALYTICS_ROWS,
-        }
-        items.extend(_paged(http, base, ANALYTICS_USAGE_PATH, params, secret, ANALYTICS_BETA))
-        at = until
-    return items
+    key authenticated: no ``api_key_ids[]`` filter), for the audit."""
+    return _analytics(http, base, secret, ANALYTICS_USAGE_PATH, start, end, "1d", group_by)
 
 
 def refused_as_unoffered(error):

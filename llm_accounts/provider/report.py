@@ -18,6 +18,7 @@ import dataclasses
 import datetime as dt
 
 from .. import pricing
+from .client import parse_time
 from .rules import MINUTE, UTC, Usage, minute_of
 
 _DIMENSIONS = ("api_key_id", "model", "service_tier", "inference_geo", "speed")
@@ -78,8 +79,6 @@ def usage_of(fields):
 
 def _minute(item):
     """The minute an item's bucket is, or None unless it is exactly one aligned minute."""
-    from .client import parse_time
-
     start, end = parse_time(item.get("starting_at")), parse_time(item.get("ending_at"))
     if start is None or end is None or end - start != MINUTE or start != minute_of(start):
         return None

@@ -304,15 +304,6 @@ def _apply(ledger, result, verdicts, now):
         result.settled.extend(settled)
 
 
-def settle_account(account, declaration, ledger, http, *, base, cwd=None, now=None, since=None, api=None):
-    """The pass for one account alone (its organization's claim and read); its ``AccountResult``."""
-    if not account.admin_key_env:
-        return AccountResult(account.name, skipped="no admin_key_env declared")
-    [result] = settle_organization(account.admin_key_env, [account], declaration, ledger, http, base=base, cwd=cwd,
-                                   now=now, since=since, api=api)
-    return result
-
-
 def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None, now=None, since=None, api=None, due=None,
                          unoffered=None):
     """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each,
