@@ -474,3 +474,13 @@ def test_an_organization_without_the_analytics_api_costs_one_request_a_window_af
     analytics = [r for r in org.requests if r["path"].startswith("/v1/organizations/analytics")]
     legacy = [r for r in org.requests if r["path"].startswith("/v1/organizations/usage_report")]
     assert len(analytics) == 1 and len(legacy) >= 2
+
+
+def test_a_report_setting_outside_analytics_and_legacy_is_refused_in_one_line_before_any_read(org, ledger_path, fake_clock, monkeypatch):
+    monkeypatch.setenv("LLM_ACCOUNTS_PROVIDER_REPORT", "bogus")
+    interrupted()
+    fake_clock.advance(minutes=12)
+    result = llm_cli("accounts", "reconcile", "--from-provider")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[-1] == "Error: declaration_invalid: LLM_ACCOUNTS_PROVIDER_REPORT: must be analytics or legacy"
+    assert not [r for r in org.requests if r["path"].startswith("/v1/organizations/")]

@@ -309,6 +309,7 @@ def settle_from_provider(declaration, ledger, names=None, *, base=None, cwd=None
     """The pass over the declared accounts (``names``: only these); one ``AccountResult`` each,
     in declaration order. Accounts of one organization are read together."""
     base = base or transport.base_url()
+    api = api or report_api()  # a bad setting is refused before any organization is claimed
     wanted = [a for a in declaration.accounts if names is None or a.name in names]
     results = {a.name: AccountResult(a.name, skipped="no admin_key_env declared") for a in wanted if not a.admin_key_env}
     with transport.client() as http:
