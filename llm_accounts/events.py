@@ -190,6 +190,7 @@ class StreamReader:
         self.assembler = MessageAssembler()
         self.projector = Projector(secret_text)
         self.malformed = None  # what made the stream not a Messages stream (our text, not theirs)
+        self._start = None  # (model, usage) of message_start until taken
 
     @property
     def done(self):
@@ -214,6 +215,8 @@ class StreamReader:
             if not isinstance(event, dict):
                 raise Malformed("an event's data is not a JSON object")
             self.assembler.apply(event)
+            if event.get("type") == "message_start":
+                self._start = (self.assembler.message.get("model"), dict(self.assembler.usage))
             return self.projector.events(event, self.assembler)
         except Malformed as error:
             self.malformed = str(error)
@@ -221,6 +224,12 @@ class StreamReader:
 
     def finish(self):
         return self.projector.finish()
+
+    def take_start(self):
+        """The served model and usage of message_start, once, when it has just been read: what
+        the provider counted before any output (docs/pricing.md "Shrinking a hold on message_start")."""
+        start, self._start = self._start, None
+        return start
 
     def final_message(self):
         return self.assembler.final_message()

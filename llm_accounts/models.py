@@ -517,7 +517,11 @@ class RoutedClaude(_Shared, llm.KeyModel):
             # SSE line ends only, each line bounded (wire.sse_lines); decoded a piece at a time.
             lines = wire.sse_lines(transport.bounded_chunks(resp, None))
             for line in lines:
-                yield from reader.feed(line)
+                events = reader.feed(line)
+                start = reader.take_start()
+                if start is not None:
+                    call.counted(attempt, *start)  # before any output is shown
+                yield from events
                 if reader.done:
                     break
         except httpx.HTTPError:
@@ -676,7 +680,11 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 yield event
             lines = wire.asse_lines(transport.abounded_chunks(resp, None))
             async for line in lines:
-                for event in reader.feed(line):
+                events = reader.feed(line)
+                start = reader.take_start()
+                if start is not None:
+                    await _shielded(call.counted, attempt, *start)  # before any output is shown
+                for event in events:
                     yield event
                 if reader.done:
                     break

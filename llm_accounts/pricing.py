@@ -1008,6 +1008,94 @@ def settlement_cost(usage, served_model, request_body, revision):
 
 
 
+COUNTED_INPUT_FIELDS = ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+
+
+@dataclass(frozen=True)
+class CountedHold:
+    """What an attempt still holds once ``message_start`` has counted its input
+    (docs/pricing.md "Shrinking a hold on message_start")."""
+
+    hold_nusd: int
+    hold_tokens: int
+    counts: dict  # the input counts it rests on: COUNTED_INPUT_FIELDS plus any cache-write breakdown
+
+
+def counted_hold(usage, served_model, request_body, revision, max_output, ceiling_nusd):
+    """The hold of an attempt whose input the provider has counted, or None to keep the ceiling.
+
+    ``H = ceil(G * (input*Pin + read*Pread + w5*P5m + w1h*P1h + max_output*Pout))``: the input
+    counted in ``message_start``'s usage at the served model's rates, at the tier that input
+    falls in, plus the most output the request can be billed for (max_tokens) at that tier's
+    output rate. G is the geo multiplier the ceiling covered (``request_geo_multiplier``), never
+    less. Only the output is still unknown, and max_tokens bounds it (docs/pricing.md
+    "Shrinking a hold on message_start").
+
+    None, so the ceiling stays, whenever the counts are not that bound: the request has server
+    tools (their samplings add input), the usage lacks a count or bills a tier, speed or field
+    the revision does not price, its cache writes cannot be split by TTL, the served model is
+    not priced, or the hold would not be below ``ceiling_nusd``.
+    """
+    if not isinstance(usage, dict) or not isinstance(max_output, int) or max_output <= 0:
+        return None
+    try:
+        request = json.loads(request_body)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    tools = request.get("tools") if isinstance(request, dict) else None
+    if not isinstance(request, dict) or any(
+        tool_bounds.is_server_tool(tool) for tool in (tools if isinstance(tools, list) else ())
+    ):
+        return None
+    try:
+        revision = revision_pricing(_resolve(revision), served_model)
+        price = revision.model(served_model)
+        if price is None:
+            return None
+        geo = request_geo_multiplier(request, price, revision)
+    except AccountsError:
+        return None
+    if "output_tokens" in usage:
+        usage = {name: value for name, value in usage.items() if name != "output_tokens"}
+    try:
+        fresh = _count(usage.get("input_tokens"), required=True)
+        read = _count(usage.get("cache_read_input_tokens"))
+        created = _count(usage.get("cache_creation_input_tokens"))
+        _check_modifiers(usage)
+        if usage.get("server_tool_use"):
+            raise _Incomplete
+        _check_dimensions(usage)
+        w5, w1h = _cache_writes(usage, created, request_body)
+    except _Incomplete:
+        return None
+    if geo_multiplier(price, usage.get("inference_geo")) is None:
+        return None
+    total_input = fresh + created + read
+    rates = price.rates_for(total_input)
+    tokens = fresh * rates.input + read * rates.cache_read + w5 * rates.write_5m + w1h * rates.write_1h
+    hold = math.ceil(geo * (tokens + max_output * rates.output))
+    if hold >= ceiling_nusd:
+        return None
+    counts = {"input_tokens": fresh, "cache_creation_input_tokens": created, "cache_read_input_tokens": read}
+    if isinstance(usage.get("cache_creation"), dict):
+        counts["cache_creation"] = {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1h}
+    return CountedHold(hold, total_input + max_output, counts)
+
+
+def contradicts(counts, usage):
+    """Whether a final ``usage`` contradicts the input ``counts`` a hold was shrunk on: any of
+    the counted input fields differs (an absent count is 0, as in settlement)."""
+    if not isinstance(usage, dict):
+        return True
+    for name in COUNTED_INPUT_FIELDS:
+        final = usage.get(name, 0)
+        if final is None:
+            final = 0
+        if final != counts.get(name, 0):
+            return True
+    return False
+
+
 def multiplier_text(multiplier):
     """A geo multiplier as the exact decimal string a price file writes: Fraction(11, 10) -> "1.1"."""
     multiplier = Fraction(multiplier)

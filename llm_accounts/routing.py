@@ -44,6 +44,10 @@ class Attempt:
 
     reservation: object
     secret: object
+    # Once message_start counted the input: the shrunk hold and the counts it rests on
+    # (docs/pricing.md "Shrinking a hold on message_start").
+    hold_nusd: int | None = None
+    counts: dict | None = None
 
     @property
     def id(self):
@@ -446,7 +450,51 @@ class RoutedCall:
             self._settle(attempt.id, evidence, "complete", cost, beyond_bounds=bool(over))
             if over:
                 self._say_overrun(attempt, over)
+            else:
+                self._say_contradiction(attempt, usage, cost)
         return self.routing(paid_by=attempt.account)
+
+    def counted(self, attempt, model, usage):
+        """``message_start`` counted the request's input: the hold becomes that input's exact
+        cost plus max_tokens of output (docs/pricing.md "Shrinking a hold on message_start").
+        Anything short of exact counts keeps the ceiling; a ledger that cannot take the write
+        now keeps it too, which is never less safe."""
+        if attempt.secret is None or attempt.counts is not None:
+            return
+        if not isinstance(model, str) or run_detector(attempt.secret.reveal())(model):
+            return  # no model the revision prices: the ceiling stays
+        hold = pricing.counted_hold(
+            usage, model, self.body, self.revision, self.quote.max_output, attempt.reservation.ceiling_nusd
+        )
+        if hold is None:
+            return
+        try:
+            if self.ledger.shrink(attempt.id, hold.hold_nusd, hold.hold_tokens, hold.counts) != "shrunk":
+                return
+        except AccountsError:
+            return
+        attempt.hold_nusd, attempt.counts = hold.hold_nusd, hold.counts
+        for record in self.records:
+            if record["id"] == attempt.id:
+                record["ceiling_nusd"] = hold.hold_nusd
+
+    def _say_contradiction(self, attempt, usage, cost):
+        """A final usage that breaks the counts a hold was shrunk on: the settlement recorded the
+        true cost and blocked the account in its own transaction; say so."""
+        if attempt.counts is None:
+            return
+        if pricing.contradicts(attempt.counts, usage):
+            why = "its final input counts differ from the ones message_start reported"
+            reason = "settlement_conflict"
+        elif cost > attempt.hold_nusd:
+            why = "its cost is above the hold message_start's counts allowed"
+            reason = "ceiling_exceeded"
+        else:
+            return
+        notices.say(
+            f"Warning: account '{attempt.account}' is blocked ({reason}): attempt {attempt.id} settled at its real "
+            f"cost, but {why}; check it, then llm accounts unblock {attempt.account}"
+        )
 
     def _say_overrun(self, attempt, over):
         """Server-tool uses above the request's bound are usage no request could cause: the real
@@ -484,7 +532,8 @@ class RoutedCall:
     def _held_open(self, attempt, outcome):
         """Say at once what an unknown outcome keeps open, and what will settle it (docs/errors.md
         "Held open"); only once the ledger has recorded it."""
-        self._say_held_open(attempt.id, attempt.account, attempt.reservation.ceiling_nusd, outcome)
+        held = attempt.hold_nusd if attempt.hold_nusd is not None else attempt.reservation.ceiling_nusd
+        self._say_held_open(attempt.id, attempt.account, held, outcome)
 
     def _say_held_open(self, attempt_id, name, ceiling_nusd, outcome):
         account = next((a for a in self.declaration.accounts if a.name == name), None)
@@ -552,6 +601,9 @@ class UnroutedCall:
 
     def completed(self, attempt, message, request_id=None):
         return None
+
+    def counted(self, attempt, model, usage):
+        pass
 
     def not_sent(self, attempt):
         pass

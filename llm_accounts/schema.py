@@ -522,6 +522,12 @@ COLUMNS = [
     # (NULL before these columns: such an attempt is never settled from a report).
     ("attempt", "max_output", "INTEGER"),
     ("attempt", "max_web_searches", "INTEGER"),
+    # A hold shrunk once message_start counted the input (docs/pricing.md "Shrinking a hold on
+    # message_start"): the counts it rests on (numeric JSON), when, and the ceiling reserved
+    # before it (ceiling_nusd is then the hold). NULL for an attempt never shrunk.
+    ("attempt", "counted_json", "TEXT"),
+    ("attempt", "counted_at", "TEXT"),
+    ("attempt", "reserved_nusd", "INTEGER"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.

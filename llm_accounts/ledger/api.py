@@ -8,6 +8,7 @@ rebind, blocks), ``reports`` (status, ladder, spend, attempts, audit), over ``re
 ``postgres`` speak to the database. Bad input is refused here, before any transaction.
 """
 
+import json
 import re
 import threading
 
@@ -29,6 +30,7 @@ from ..records import (
     check_quote,
     check_scope,
     check_source,
+    clean_usage,
     declared_accounts,
     invalid,
 )
@@ -176,6 +178,17 @@ class Ledger:
 
             return self._run("settle", replay.settle, self, *args, transaction=False)
         return self._run("settle", settlement.settle, *args)
+
+    def shrink(self, attempt_id, hold_nusd, hold_tokens, counts, *, now=None):
+        """Lower an open attempt's hold once the provider counted its input: ``"shrunk"`` or
+        ``"unchanged"`` (docs/pricing.md "Shrinking a hold on message_start"). ``counts`` are the
+        input counts the hold rests on (``pricing.CountedHold.counts``); a final usage that counts
+        otherwise blocks the account when it settles. One transaction; it only ever frees room."""
+        check_id(attempt_id, "attempt_id")
+        check_int(hold_nusd, "hold_nusd")
+        check_int(hold_tokens, "hold_tokens")
+        counted_json = json.dumps(clean_usage(counts), sort_keys=True, separators=(",", ":"))
+        return self._run("shrink", settlement.shrink, self.host, attempt_id, hold_nusd, hold_tokens, counted_json, now)
 
     def abandoned(self, *, provider="anthropic", now=None):
         """Record as ``cancelled`` every attempt in flight on this host whose process is gone

@@ -10,9 +10,10 @@ block, the warm-prefix index, the cache savings.
 """
 
 import datetime as dt
+import json
 import logging
 
-from .. import cache_savings, clock, health, selection
+from .. import cache_savings, clock, health, pricing, selection
 from ..errors import AccountsError
 from ..money import INT64_MAX
 from ..records import CALLER_OUTCOMES, Complete, NotSent, Unknown, billed_tokens, clean_usage, tokens
@@ -105,6 +106,38 @@ def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, serve
     return "settled"
 
 
+def shrink(conn, host, attempt_id, hold_nusd, hold_tokens, counted_json, now):
+    """``Ledger.shrink`` inside its write transaction: ``"shrunk"``, or ``"unchanged"`` when the
+    attempt is settled, already shrunk, or would not hold less (docs/pricing.md "Shrinking a hold
+    on message_start"). Only ever lowers a hold, so it can only free room."""
+    writes.lock_attempt_account(conn, attempt_id)
+    row = conn.execute(reads.ATTEMPT_SQL, (attempt_id, host)).fetchone()
+    if row is None:
+        raise core.Unavailable("it has no attempt with this id (was it reserved on another ledger?)")
+    if row["state"] != "open" or row["counted_json"] is not None or hold_nusd >= row["ceiling_nusd"]:
+        return "unchanged"
+    ts = clock.isoformat(now or clock.now())
+    tokens = row["ceiling_tokens"]
+    conn.execute(
+        """UPDATE attempt SET ceiling_nusd = ?, ceiling_tokens = ?, reserved_nusd = ceiling_nusd,
+             counted_json = ?, counted_at = ? WHERE id = ? AND state = 'open'""",
+        (hold_nusd, tokens if tokens is None or hold_tokens >= tokens else hold_tokens, counted_json, ts, attempt_id),
+    )
+    writes.lower_open(conn, row, hold_nusd)
+    return "shrunk"
+
+
+def _contradicts_count(row, evidence):
+    """A complete answer whose input counts differ from the ones its hold was shrunk on."""
+    if row["counted_json"] is None:
+        return False
+    try:
+        counts = json.loads(row["counted_json"])
+    except ValueError:
+        return True
+    return pricing.contradicts(counts, evidence.usage)
+
+
 def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now, beyond_bounds=False):
     """A complete answer: health recovers, cache savings are counted, a cost past its ceiling
     blocks the account, and the request's stable prefix is recorded warm."""
@@ -126,7 +159,13 @@ def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_to
             "DELETE FROM model_health WHERE provider = ? AND account = ? AND model = ?",
             (provider, name, row["requested_model"]),
         )
-    if evidence.cost_nusd > row["ceiling_nusd"] or beyond_bounds:
+    if _contradicts_count(row, evidence):
+        # The hold rested on message_start's input counts; a final usage that counts otherwise
+        # breaks that evidence: the true cost stands and the account is blocked
+        # (docs/pricing.md "Shrinking a hold on message_start").
+        log.warning("final input counts differ from message_start's; account %s blocked (settlement_conflict)", name)
+        writes.block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
+    elif evidence.cost_nusd > row["ceiling_nusd"] or beyond_bounds:
         # Record the true cost, never clamp it, and block the account (docs/architecture.md
         # "Ceilings and settlement"); server-tool uses past the request's bound break the
         # ceiling's premise even when the cost fits (docs/pricing.md "Server tools").

@@ -45,6 +45,18 @@ def move_to_settled(conn, row, cost):
     )
 
 
+def lower_open(conn, row, hold):
+    """An open attempt's ceiling becomes ``hold`` (smaller): the difference leaves its month's
+    (and day's) open total (docs/pricing.md "Shrinking a hold on message_start")."""
+    conn.execute(
+        """UPDATE month SET open_nusd = open_nusd - :freed,
+             day_open_nusd = CASE WHEN day_utc = :day THEN day_open_nusd - :freed ELSE day_open_nusd END
+           WHERE provider = :provider AND name = :account AND month_utc = :month""",
+        {"freed": row["ceiling_nusd"] - hold, "day": row["day_utc"], "provider": row["provider"],
+         "account": row["account"], "month": row["month_utc"]},
+    )
+
+
 def block(conn, provider, name, current_reason, reason, source_ref, ts):
     """Mark the account; the first reason stands. Every block clears its warm prefixes."""
     if current_reason is None:

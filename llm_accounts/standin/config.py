@@ -36,6 +36,7 @@ BEHAVIOURS = (
     "echo_key",
     "refusal",
     "search_overrun",
+    "counts_grow",
 )
 
 KEY_FIELDS = (

@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 import zlib
+import dataclasses
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
@@ -41,6 +42,7 @@ SECRET_HEADERS = frozenset({"x-api-key", "authorization", "proxy-authorization"}
 ACCOUNT_WIDE = frozenset({"unauthorized", "forbidden", "rate_limited", "overloaded", "api_error"})
 MAX_BODY_BYTES = 32 * 1024 * 1024  # section 4.1: Messages and Token Counting
 STREAM_CUT_AFTER = 2  # deltas sent before stream_error and drop break the stream
+COUNTS_GROW_BY = 1000  # input tokens a counts_grow answer's final usage adds to message_start's
 REASONS = {529: "Overloaded"}
 # Messages fields count_tokens refuses as extra inputs (it counts a request, it does not run one).
 NOT_COUNTED = ("max_tokens", "stream", "temperature", "top_p", "top_k", "stop_sequences", "metadata")
@@ -588,6 +590,8 @@ class _Exchange:
             shapes=self.key.shapes,
             extra_uses=1 if behaviour == "search_overrun" else 0,
         )
+        if behaviour == "counts_grow":  # final input counts above message_start's (a conflict to test)
+            reply = dataclasses.replace(reply, extra_input_tokens=reply.extra_input_tokens + COUNTS_GROW_BY)
         message_id = self.standin._new_id("msg")
         # Billed from here on, whether or not the client reads the whole reply (standin/reports.py).
         self.entry["at"], self.entry["api_key_id"], self.entry["model_id"] = self.standin.clock(), self.key.api_key_id, model.id
