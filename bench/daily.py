@@ -41,6 +41,7 @@ after the automatic pass settles them from the provider's usage report, is measu
 import argparse
 import asyncio
 import collections
+import importlib.util
 import json
 import os
 import pathlib
@@ -69,23 +70,24 @@ SCENARIOS = (
 SQLITE_LOG = """
 CREATE TABLE IF NOT EXISTS bench_commit_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, attempt_id TEXT, account TEXT, month_utc TEXT,
-    old_state TEXT, new_state TEXT, ceiling_nusd INTEGER, old_cost INTEGER, new_cost INTEGER);
+    old_state TEXT, new_state TEXT, ceiling_nusd INTEGER, old_cost INTEGER, new_cost INTEGER, old_ceiling INTEGER);
 CREATE TRIGGER IF NOT EXISTS bench_log_insert AFTER INSERT ON attempt BEGIN
     INSERT INTO bench_commit_log (event, attempt_id, account, month_utc, new_state, ceiling_nusd, new_cost)
     VALUES ('insert', NEW.id, NEW.account, NEW.month_utc, NEW.state, NEW.ceiling_nusd, NEW.cost_nusd);
 END;
 CREATE TRIGGER IF NOT EXISTS bench_log_update AFTER UPDATE ON attempt BEGIN
     INSERT INTO bench_commit_log (event, attempt_id, account, month_utc, old_state, new_state, ceiling_nusd,
-        old_cost, new_cost)
+        old_cost, new_cost, old_ceiling)
     VALUES ('update', NEW.id, NEW.account, NEW.month_utc, OLD.state, NEW.state, NEW.ceiling_nusd, OLD.cost_nusd,
-        NEW.cost_nusd);
+        NEW.cost_nusd, OLD.ceiling_nusd);
 END;
 """
 
 POSTGRES_LOG = """
 CREATE TABLE IF NOT EXISTS bench_commit_log (
     seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, event text NOT NULL, attempt_id text, account text,
-    month_utc text, old_state text, new_state text, ceiling_nusd bigint, old_cost bigint, new_cost bigint);
+    month_utc text, old_state text, new_state text, ceiling_nusd bigint, old_cost bigint, new_cost bigint,
+    old_ceiling bigint);
 CREATE OR REPLACE FUNCTION bench_log() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
@@ -93,9 +95,9 @@ BEGIN
         VALUES ('insert', NEW.id, NEW.account, NEW.month_utc, NEW.state, NEW.ceiling_nusd, NEW.cost_nusd);
     ELSE
         INSERT INTO bench_commit_log (event, attempt_id, account, month_utc, old_state, new_state, ceiling_nusd,
-            old_cost, new_cost)
+            old_cost, new_cost, old_ceiling)
         VALUES ('update', NEW.id, NEW.account, NEW.month_utc, OLD.state, NEW.state, NEW.ceiling_nusd, OLD.cost_nusd,
-            NEW.cost_nusd);
+            NEW.cost_nusd, OLD.ceiling_nusd);
     END IF;
     RETURN NEW;
 END $$;
@@ -201,7 +203,8 @@ def instrument(location):
 
 
 def commit_log(location):
-    sql = "SELECT event, attempt_id, account, month_utc, old_state, new_state, ceiling_nusd, old_cost, new_cost FROM bench_commit_log ORDER BY seq"
+    sql = ("SELECT event, attempt_id, account, month_utc, old_state, new_state, ceiling_nusd, old_cost, new_cost, "
+           "old_ceiling FROM bench_commit_log ORDER BY seq")
     if str(location).startswith("postgresql://"):
         import psycopg
 
@@ -211,7 +214,8 @@ def commit_log(location):
         conn = sqlite3.connect(location)
         rows = conn.execute(sql).fetchall()
         conn.close()
-    names = ("event", "attempt_id", "account", "month_utc", "old_state", "new_state", "ceiling_nusd", "old_cost", "new_cost")
+    names = ("event", "attempt_id", "account", "month_utc", "old_state", "new_state", "ceiling_nusd", "old_cost",
+             "new_cost", "old_ceiling")
     return [dict(zip(names, row)) for row in rows]
 
 
@@ -223,7 +227,7 @@ def over_admissions(log, budget_nusd):
     for e in log:
         key = e["account"], e["month_utc"]
         if e["old_state"] == "open":
-            held[key] -= e["ceiling_nusd"]
+            held[key] -= e["old_ceiling"]  # a shrink lowers it while the attempt stays open
         elif e["old_state"] == "settled":
             settled[key] -= e["old_cost"] or 0
         if e["new_state"] == "open":
@@ -332,13 +336,133 @@ def backends(choice):
             server.stop()
 
 
+# ---------------------------------------------------------------------------------------------
+# Held money against llm-anthropic (--held): docs/performance.md "Held money"
+
+# The child that runs one async batch in one process and reports its own wall and CPU time
+# (start-up excluded) and how each prompt ended; llm-anthropic's side runs the same code.
+BATCH_CHILD = r"""
+import asyncio, collections, json, resource, sys, time
+import llm
+model_id, n, max_tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+options = {} if max_tokens == "default" else {"max_tokens": int(max_tokens)}
+
+async def one(i):
+    try:
+        await llm.get_async_model(model_id).prompt(f"Prompt {i}: name three birds that can swim", **options).text()
+        return "complete"
+    except Exception as error:
+        return getattr(error, "code", None) or type(error).__name__
+
+def cpu():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+async def batch():
+    return await asyncio.gather(*(one(i) for i in range(n)))
+
+cpu0, start = cpu(), time.perf_counter()
+outcomes = asyncio.run(batch())
+print(json.dumps({"wall": time.perf_counter() - start, "cpu": cpu() - cpu0,
+                  "outcomes": dict(collections.Counter(outcomes))}))
+"""
+# llm-anthropic's id for the model plain claude-routed answers with (claude-sonnet-4-6).
+DIRECT_DEFAULT = "claude-sonnet-4-6"
+
+
+def held_setup(workdir, budget_usd, base_url, keys):
+    """Two routed accounts and llm-anthropic's key (alpha's) in one throwaway user directory;
+    both plugins load, each side picks its model by id."""
+    env = setup(workdir, budget_usd, base_url, workdir / "ledger.db", keys)
+    user = pathlib.Path(env["LLM_USER_PATH"])
+    stored = json.loads((user / "keys.json").read_text())
+    stored["anthropic"] = keys["alpha"]
+    (user / "keys.json").write_text(json.dumps(stored))
+    env["ANTHROPIC_BASE_URL"] = base_url  # the anthropic SDK's base URL, for llm-anthropic only
+    return env
+
+
+def batch_round(env, model_id, count, max_tokens):
+    done = subprocess.run([sys.executable, "-c", BATCH_CHILD, model_id, str(count), max_tokens], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        sys.exit(f"the batch on {model_id} failed: {done.stderr.strip()[-600:]}")
+    return json.loads(lines[-1])
+
+
+def held_after_ctrl_cs(env, location, count, max_tokens):
+    """``count`` real ``llm -m claude-routed`` processes, one after another, each sent SIGINT once
+    its answer has started; what the ledger holds afterwards (before any provider report)."""
+    import signal
+
+    from llm_accounts.ledger import Ledger
+
+    extra = [] if max_tokens == "default" else ["-o", "max_tokens", max_tokens]
+    for i in range(count):
+        child = subprocess.Popen([LLM_BIN, "-m", "claude-routed", *extra, f"Tell me about birds, part {i}"], env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        child.stdout.read(1)
+        child.send_signal(signal.SIGINT)
+        child.communicate(timeout=120)
+    with Ledger(location) as ledger:
+        rows = ledger.attempts()
+    return sum(r["ceiling_nusd"] for r in rows if r["state"] == "open"), sum(r["cost_nusd"] or 0 for r in rows)
+
+
+def held_figures(args):
+    """Interleaved rounds: the routed batch, then llm-anthropic's, on the same stand-in."""
+    from llm_accounts.standin import StandIn
+
+    if importlib.util.find_spec("llm_anthropic") is None:
+        sys.exit("--held compares with llm-anthropic, which is not importable here: pip install -e '.[bench]' "
+                 "(bench/overhead.py makes .venv-bench with it)")
+    keys = {"alpha": make_key(), "beta": make_key()}
+    config = {"keys": [{"label": n, "key": k, "behaviour": "slow", "delay": args.delay} for n, k in keys.items()]}
+    print(f"stand-in delay {args.delay:g} s before headers and between events; two ${args.budget} accounts; "
+          f"batches of {args.count}; {args.rounds} interleaved rounds")
+    print(f"{'max_tokens':>10} {'routed s':>9} {'direct s':>9} {'ratio p50':>9} {'min':>5} {'max':>5} "
+          f"{'routed cpu':>10} {'direct cpu':>10} {'refused':>7}")
+    for max_tokens in args.max_tokens:
+        ratios, rows = [], []
+        for _ in range(args.rounds):
+            with StandIn(config) as server:
+                workdir = pathlib.Path(tempfile.mkdtemp(prefix="llm-accounts-held-"))
+                env = held_setup(workdir, args.budget, server.base_url, keys)
+                routed = batch_round(env, "claude-routed", args.count, max_tokens)
+                direct = batch_round(env, DIRECT_DEFAULT, args.count, max_tokens)
+            ratios.append(routed["wall"] / direct["wall"])
+            rows.append((routed, direct))
+        refused = sum(r["outcomes"].get(k, 0) for r, _ in rows for k in r["outcomes"] if k != "complete")
+        print(f"{max_tokens:>10} {statistics.median(r['wall'] for r, _ in rows):>9.1f} "
+              f"{statistics.median(d['wall'] for _, d in rows):>9.1f} {statistics.median(ratios):>9.2f} "
+              f"{min(ratios):>5.2f} {max(ratios):>5.2f} {statistics.median(r['cpu'] for r, _ in rows):>10.2f} "
+              f"{statistics.median(d['cpu'] for _, d in rows):>10.2f} {refused:>7}", flush=True)
+    print("\nfour Ctrl-Cs mid-stream, one after another (held before any provider report; goal <= $4):")
+    for max_tokens in args.max_tokens:
+        with StandIn(config) as server:
+            workdir = pathlib.Path(tempfile.mkdtemp(prefix="llm-accounts-held-"))
+            env = held_setup(workdir, args.budget, server.base_url, keys)
+            held, spent = held_after_ctrl_cs(env, workdir / "ledger.db", 4, max_tokens)
+        print(f"  max_tokens {max_tokens}: held ${held / NANO:.4f}, spent ${spent / NANO:.4f}", flush=True)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--delay", type=float, default=0.5, help="stand-in delay before headers and between events")
     parser.add_argument("--postgres", default="start", help="start (a throwaway server), none, or a URL")
     parser.add_argument("--wait", type=float, default=None, help="LLM_ACCOUNTS_WAIT for the prompts (default: none set)")
     parser.add_argument("--only", default=None, help="run only the scenarios whose name contains this")
+    parser.add_argument("--held", action="store_true",
+                        help="instead: held money and batch wall time against llm-anthropic (docs/performance.md \"Held money\")")
+    parser.add_argument("--count", type=int, default=100, help="--held: prompts in a batch")
+    parser.add_argument("--rounds", type=int, default=3, help="--held: interleaved rounds")
+    parser.add_argument("--budget", type=int, default=20, help="--held: each account's budget in dollars")
+    parser.add_argument("--max-tokens", nargs="+", default=["default", "4096"], help="--held: max_tokens arms")
     args = parser.parse_args(argv)
+    if args.held:
+        held_figures(args)
+        return 0
     from llm_accounts import room
 
     answer = answer_time(args.delay)
