@@ -344,12 +344,12 @@ def backends(choice):
 BATCH_CHILD = r"""
 import asyncio, collections, json, resource, sys, time
 import llm
-model_id, n, max_tokens = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+model_id, n, max_tokens, stream = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "stream"
 options = {} if max_tokens == "default" else {"max_tokens": int(max_tokens)}
 
 async def one(i):
     try:
-        await llm.get_async_model(model_id).prompt(f"Prompt {i}: name three birds that can swim", **options).text()
+        await llm.get_async_model(model_id).prompt(f"Prompt {i}: name three birds that can swim", stream=stream, **options).text()
         return "complete"
     except Exception as error:
         return getattr(error, "code", None) or type(error).__name__
@@ -382,8 +382,9 @@ def held_setup(workdir, budget_usd, base_url, keys):
     return env
 
 
-def batch_round(env, model_id, count, max_tokens):
-    done = subprocess.run([sys.executable, "-c", BATCH_CHILD, model_id, str(count), max_tokens], env=env,
+def batch_round(env, model_id, count, max_tokens, stream=True):
+    done = subprocess.run([sys.executable, "-c", BATCH_CHILD, model_id, str(count), max_tokens,
+                           "stream" if stream else "whole"], env=env,
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=3600)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
@@ -422,7 +423,7 @@ def held_figures(args):
     print(f"stand-in delay {args.delay:g} s before headers and between events; two ${args.budget} accounts; "
           f"batches of {args.count}; {args.rounds} interleaved rounds")
     print(f"{'max_tokens':>10} {'routed s':>9} {'direct s':>9} {'ratio p50':>9} {'min':>5} {'max':>5} "
-          f"{'routed cpu':>10} {'direct cpu':>10} {'refused':>7}")
+          f"{'routed cpu':>10} {'direct cpu':>10} {'refused':>7} {'unstreamed s':>12}")
     for max_tokens in args.max_tokens:
         ratios, rows = [], []
         for _ in range(args.rounds):
@@ -431,13 +432,16 @@ def held_figures(args):
                 env = held_setup(workdir, args.budget, server.base_url, keys)
                 routed = batch_round(env, "claude-routed", args.count, max_tokens)
                 direct = batch_round(env, DIRECT_DEFAULT, args.count, max_tokens)
+                # The same routed batch not streamed: each attempt holds its ceiling to the end.
+                whole = batch_round(env, "claude-routed", args.count, max_tokens, stream=False)
             ratios.append(routed["wall"] / direct["wall"])
-            rows.append((routed, direct))
-        refused = sum(r["outcomes"].get(k, 0) for r, _ in rows for k in r["outcomes"] if k != "complete")
-        print(f"{max_tokens:>10} {statistics.median(r['wall'] for r, _ in rows):>9.1f} "
-              f"{statistics.median(d['wall'] for _, d in rows):>9.1f} {statistics.median(ratios):>9.2f} "
-              f"{min(ratios):>5.2f} {max(ratios):>5.2f} {statistics.median(r['cpu'] for r, _ in rows):>10.2f} "
-              f"{statistics.median(d['cpu'] for _, d in rows):>10.2f} {refused:>7}", flush=True)
+            rows.append((routed, direct, whole))
+        refused = sum(n for r, _, _ in rows for k, n in r["outcomes"].items() if k != "complete")
+        print(f"{max_tokens:>10} {statistics.median(r['wall'] for r, _, _ in rows):>9.1f} "
+              f"{statistics.median(d['wall'] for _, d, _ in rows):>9.1f} {statistics.median(ratios):>9.2f} "
+              f"{min(ratios):>5.2f} {max(ratios):>5.2f} {statistics.median(r['cpu'] for r, _, _ in rows):>10.2f} "
+              f"{statistics.median(d['cpu'] for _, d, _ in rows):>10.2f} {refused:>7} "
+              f"{statistics.median(w['wall'] for _, _, w in rows):>12.1f}", flush=True)
     print("\nfour Ctrl-Cs mid-stream, one after another (held before any provider report; goal <= $4):")
     for max_tokens in args.max_tokens:
         with StandIn(config) as server:
