@@ -2149,7 +2149,10 @@ def ladder(model_id, client, json_):
 @click.option("fragments", "-f", "--fragment", multiple=True, metavar="FRAGMENT", help="A fragment (alias, hash, file or URL) added to the prompt (repeatable)")
 @click.option("system_fragments", "--sf", "--system-fragment", multiple=True, metavar="FRAGMENT", help="A fragment added to the system prompt (repeatable)")
 @click.option("options", "-o", "--option", type=(str, str), multiple=True, metavar="NAME VALUE", help="A model option, as for llm prompt")
-@click.option("tools", "-T", "--tool", multiple=True, metavar="NAME", help="A registered tool the request carries (repeatable)")
+@click.option(
+    "tools", "-T", "--tool", multiple=True, metavar="NAME",
+    help="A registered tool or a server-side tool such as 'WebSearch(max_uses=3)' the request carries (repeatable)",
+)
 @click.option("python_tools", "--functions", multiple=True, metavar="CODE", help="Python code or a .py file defining tool functions")
 @click.option("schema_input", "--schema", metavar="SCHEMA", help="A JSON schema, its concise form or a file, as for llm prompt")
 @click.option("-c", "--continue", "continue_", is_flag=True, help="Count the next prompt of the most recent conversation")
@@ -2176,6 +2179,7 @@ def count(
         llm accounts count -m claude-routed/claude-haiku-4-5 "Fun facts about pelicans"
         llm accounts count -s "Be brief" -a photo.jpg "Describe this" --json
         llm accounts count -f notes.md "Summarize these notes"
+        llm accounts count -T 'WebSearch(max_uses=3)' "Latest pelican news"
         llm accounts count -c "And in French?"
     """
     from . import counting
@@ -2203,7 +2207,8 @@ def count(
         if tools or python_tools:
             from llm.cli import _gather_tools
 
-            kwargs["tools"] = _gather_tools(list(tools), list(python_tools))
+            # With the model, -T also finds its server-side tools (WebSearch, WebFetch), as llm prompt does.
+            kwargs["tools"] = _gather_tools(list(tools), list(python_tools), model=model)
         if schema_input:
             kwargs["schema"] = _schema(schema_input)
         built = (conversation or model).prompt(prompt, **kwargs, **extra)
