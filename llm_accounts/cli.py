@@ -1484,7 +1484,7 @@ def spend(by, period, account, client, limit, json_, csv_):
     # per account, under a label no conversation id can be (docs/architecture.md "Spend").
     labelled = [dict(row, key=WITHOUT_CONVERSATION) for row in without]
     if csv_:
-        _echo_csv((by, *extra, "attempts", "settled_nusd", "open_nusd", "settled_usd", "held_usd"), (
+        _echo_csv((by, *extra, "attempts", "settled_nusd", "open_nusd", "settled_usd", "open_usd"), (
             (row["key"], *(row[k] for k in extra), row["attempts"], row["settled_nusd"], row["open_nusd"],
              usd_exact(row["settled_nusd"]), usd_exact(row["open_nusd"])) for row in rows + labelled
         ))
