@@ -13,7 +13,7 @@ the page costs the same at any length of history (docs/performance.md).
 import dataclasses
 import datetime as dt
 
-from llm_accounts import clock, forecast, health
+from llm_accounts import clock, forecast, health, thresholds
 from llm_accounts.money import usd, usd_exact, usd_fine
 
 NEAR_BUDGET = (9, 10)
@@ -71,10 +71,42 @@ from adjustment where month_utc = :month
 group by provider, account
 """
 
+# The thresholds the ledger has warned of this credit period (llm_accounts.thresholds; a routed
+# prompt records each as its settlement passes it, docs/architecture.md "Budget warnings").
+WARNINGS_SQL = """
+select provider, account, max(threshold) as threshold
+from budget_warning where month_utc = :month
+group by provider, account
+"""
+
 DAILY_SPEND_SQL = """
 select provider, account, day_utc, settled_nusd, open_nusd
 from day where day_utc >= :first_day and day_utc <= :last_day
 """
+
+
+@dataclasses.dataclass(frozen=True)
+class DefaultPrompt:
+    """What a plain ``claude-routed`` prompt reserves: its model at its default ``max_tokens``
+    and that quote's ceiling (docs/pricing.md "Small budgets")."""
+
+    model: str
+    ceiling_nusd: int
+
+
+def default_prompt():
+    """The ``DefaultPrompt`` by the prices in force (shipped, or the user's own), or None when
+    the default model is not priced: then no account is marked for it."""
+    from llm_accounts import price_book
+    from llm_accounts.errors import AccountsError
+    from llm_accounts.fits import default_model
+    from llm_accounts.ladder import quote_for
+
+    model = default_model()
+    try:
+        return DefaultPrompt(model, quote_for(model, price_book.current()).ceiling_nusd)
+    except AccountsError:
+        return None
 
 
 @dataclasses.dataclass
@@ -101,6 +133,8 @@ class AccountSummary:
     transport_hosts: tuple = ()
     last_success_at: str = None
     forecast: object = None  # llm_accounts.forecast.Forecast, None without a budget
+    default_prompt: DefaultPrompt = None  # what a plain claude-routed prompt reserves; None: not asked
+    warned_threshold: int = None  # the highest budget warning the ledger said this credit period
     colour: str = ACCOUNT_COLOURS[0]
     places: dict = dataclasses.field(default_factory=dict)  # money field -> decimal places shown
 
@@ -134,6 +168,43 @@ class AccountSummary:
         return self.daily_budget_nusd is not None and self.today_nusd >= self.daily_budget_nusd
 
     @property
+    def default_prompt_refusal(self):
+        """Why a plain claude-routed prompt cannot be admitted here now, or None when it can (or
+        is not asked about). Admission needs the whole ceiling to fit the room each limit leaves:
+        budget less settled spend and open ceilings, and the same for the UTC day
+        (docs/architecture.md "Selection"); a blocked account takes nothing."""
+        prompt = self.default_prompt
+        if prompt is None or self.removed:
+            return None
+        if self.block_reason:
+            return "blocked"
+        for left, when in ((self.remaining_nusd, ""), (self.daily_left_nusd, " today")):
+            if left is not None and left < prompt.ceiling_nusd:
+                left = max(left, 0)
+                shown = [usd_fine(left), usd_fine(prompt.ceiling_nusd)]
+                if shown[0] == shown[1]:  # as many digits as tell them apart
+                    places = max(distinguishing_places([left, prompt.ceiling_nusd]))
+                    shown = [usd_shown(left, places), usd_shown(prompt.ceiling_nusd, places)]
+                return f"{shown[0]} left{when}, below the {shown[1]} ceiling of {prompt.model}"
+        return None
+
+    @property
+    def daily_left_nusd(self):
+        return None if self.daily_budget_nusd is None else self.daily_budget_nusd - self.today_nusd
+
+    @property
+    def budget_warning(self):
+        """The budget warning still in force, as words, or None: the highest threshold the
+        ledger warned of this credit period that spend (settled plus adjustments; open
+        ceilings are held, not spent) is still past (llm_accounts.thresholds.reached)."""
+        if self.warned_threshold is None or not self.budget_nusd:
+            return None
+        if not thresholds.reached(self.settled_nusd, self.budget_nusd, (self.warned_threshold,)):
+            return None
+        spent = thresholds.percent(self.settled_nusd, self.budget_nusd)
+        return f"{spent} % spent, past its {self.warned_threshold} % threshold"
+
+    @property
     def utilization(self):
         """Percent of the budget used, to one decimal, as text (display only)."""
         if not self.budget_nusd:
@@ -164,6 +235,11 @@ class AccountSummary:
             marks.append(("warn", "Near budget"))
         if self.daily_budget_reached:
             marks.append(("bad", "Daily budget reached"))
+        refusal = self.default_prompt_refusal
+        if refusal and not self.block_reason:  # a block is marked above, as the reason
+            marks.append(("bad", f"Cannot take a plain claude-routed prompt: {refusal}"))
+        if self.budget_warning:
+            marks.append(("warn", f"Budget warning: {self.budget_warning}"))
         if self.transport_hosts:
             marks.append(("warn", f"Unreachable from {', '.join(self.transport_hosts)} (transport)"))
         if self.removed:
@@ -208,11 +284,14 @@ def _key(row, name="name"):
     return (row["provider"], row[name])
 
 
-def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month, day, now):
+def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month, day, now, prompt=None,
+              warnings=()):
     """One ``AccountSummary`` per ledger account for credit period ``month`` and UTC ``day``.
 
     An account with no ``month`` row for this period has not been used in it yet: its budget
-    is read from its latest earlier period and ``budget_month`` says which.
+    is read from its latest earlier period and ``budget_month`` says which. ``prompt`` is the
+    ``DefaultPrompt`` each account is asked to have room for; ``warnings`` the ``budget_warning``
+    rows of the period (``WARNINGS_SQL``).
     """
     summaries = {}
     for index, row in enumerate(accounts):
@@ -236,7 +315,12 @@ def summarize(accounts, budgets, month_spend, adjustments, daily_spend, *, month
             removed=row["removed_at"] is not None,
             last_success_at=row["last_success_at"],
             colour=ACCOUNT_COLOURS[index % len(ACCOUNT_COLOURS)],
+            default_prompt=prompt,
         )
+    for row in warnings:
+        summary = summaries.get(_key(row, "account"))
+        if summary is not None:
+            summary.warned_threshold = row["threshold"]
     for row in budgets:  # ascending month: the latest row up to ``month`` wins
         summary = summaries.get(_key(row))
         if summary is not None:
@@ -628,8 +712,13 @@ async def load(db, now):
     month_spend = (await db.execute(MONTH_SPEND_SQL, params)).rows
     adjustments = (await db.execute(ADJUSTMENTS_SQL, params)).rows
     daily_spend = (await db.execute(DAILY_SPEND_SQL, params)).rows
+    tables = {row[0] for row in (await db.execute("select name from sqlite_master where type = 'table'")).rows}
+    # A ledger older than budget_warning has warned of nothing yet.
+    warnings = (await db.execute(WARNINGS_SQL, params)).rows if "budget_warning" in tables else ()
+    prompt = default_prompt()
     summaries = summarize(
-        accounts, budgets, month_spend, adjustments, daily_spend, month=month, day=day, now=now
+        accounts, budgets, month_spend, adjustments, daily_spend, month=month, day=day, now=now,
+        prompt=prompt, warnings=warnings,
     )
     await transport_hosts(db, summaries, now)
     start, end = clock.credit_period(month)
@@ -640,6 +729,7 @@ async def load(db, now):
         "period_start": start.date().isoformat(),
         "period_last_day": (end - dt.timedelta(days=1)).date().isoformat(),
         "accounts": summaries,
+        "default_prompt": prompt,
         "has_adjustments": any(row["delta_nusd"] for row in adjustments),
         "budget_chart": budget_chart(summaries),
         "daily_chart": daily_chart(summaries, daily_spend, month, day),
@@ -694,6 +784,10 @@ def as_json(ledger):
                 "block_reason": summary.block_reason,
                 "removed": summary.removed,
                 "marks": [{"level": css, "label": label} for css, label in summary.marks],
+                # None: not asked (the default model is unpriced, or the account removed).
+                "takes_default_prompt": None if summary.default_prompt is None or summary.removed
+                else summary.default_prompt_refusal is None,
+                "budget_warning_threshold": summary.warned_threshold if summary.budget_warning else None,
                 "colour": summary.colour,
                 "budget": _money(summary.budget_nusd),
                 "budget_credit_period": summary.budget_month,
@@ -720,6 +814,9 @@ def as_json(ledger):
     return {
         "database": ledger["name"],
         "credit_period": ledger["month"],
+        "default_prompt": None if ledger["default_prompt"] is None else {
+            "model": ledger["default_prompt"].model, "ceiling": _money(ledger["default_prompt"].ceiling_nusd),
+        },
         "period_start": ledger["period_start"],
         "period_last_day": ledger["period_last_day"],
         "day": ledger["day"],

@@ -1435,7 +1435,9 @@ def spend(by, period, account, client, limit, json_, csv_):
     With --by conversation, the costliest conversations come first (settled plus held), with the
     account each spent on, 20 unless --limit says; a line after the table (on stderr with --csv;
     "more" in --json) says how many more the period holds, and the total covers them all. A conversation moved to another account
-    ('llm accounts rebind') has a row per account.
+    ('llm accounts rebind') has a row per account. Prompts made without a conversation (from
+    Python, model.prompt()) follow in a row per account labelled "(prompts without a
+    conversation)" ("without_conversation" in --json), and the total includes them.
 
     \b
     Example:
@@ -1463,31 +1465,37 @@ def spend(by, period, account, client, limit, json_, csv_):
         if by == "conversation":
             # The costliest first, from an index, however many the period holds (docs/performance.md).
             found = _ledger().spend_by_conversation(period, account=account, client=client, limit=limit or 20)
-            rows, more = found["rows"], found["more"]
-            total = {name: found["total"][name] for name in ("attempts", "settled_nusd", "open_nusd")}
+            rows, more, without = found["rows"], found["more"], found["without_conversation"]
+            # The total is the period's, prompts without a conversation included, as 'spend' shows it.
+            total = {name: found["total"][name] + sum(row[name] for row in without)
+                     for name in ("attempts", "settled_nusd", "open_nusd")}
         else:
-            rows, more = _ledger().spend_by(by, period, account=account, client=client), 0
+            rows, more, without = _ledger().spend_by(by, period, account=account, client=client), 0, []
             total = {name: sum(row[name] for row in rows) for name in ("attempts", "settled_nusd", "open_nusd")}
     except AccountsError as error:
         fail(error)
     extra = ("account",) if by == "conversation" else ()
     if json_:
         listed = [{by: row["key"], **{k: row[k] for k in extra + tuple(total)}} for row in rows]
-        echo_json({"period": period, "by": by, "rows": listed, "total": total, **({"more": more} if extra else {})})
+        more_fields = {"without_conversation": without, "more": more} if extra else {}
+        echo_json({"period": period, "by": by, "rows": listed, **more_fields, "total": total})
         return
+    # Prompts without a conversation (Python's model.prompt()) follow the conversations, one row
+    # per account, under a label no conversation id can be (docs/architecture.md "Spend").
+    labelled = [dict(row, key=WITHOUT_CONVERSATION) for row in without]
     if csv_:
-        _echo_csv((by, *extra, "attempts", "settled_nusd", "open_nusd", "settled_usd", "held_usd"), (
+        _echo_csv((by, *extra, "attempts", "settled_nusd", "open_nusd", "settled_usd", "open_usd"), (
             (row["key"], *(row[k] for k in extra), row["attempts"], row["settled_nusd"], row["open_nusd"],
-             usd_exact(row["settled_nusd"]), usd_exact(row["open_nusd"])) for row in rows
+             usd_exact(row["settled_nusd"]), usd_exact(row["open_nusd"])) for row in rows + labelled
         ))
         if more > 0:  # on stderr, so the CSV stays rows only
             click.echo(_more_conversations(more, len(rows)), err=True)
         return
-    if not rows:
+    if not rows and not labelled:
         click.echo(f"No attempts in credit period {period}")
         return
     table = [(by, *extra, "attempts", "settled", "held (open)")]
-    for row in rows + [dict(total, key="total", account="")]:
+    for row in rows + labelled + [dict(total, key="total", account="")]:
         key = "(none)" if row["key"] is None else row["key"]
         table.append((key, *(row[k] for k in extra), row["attempts"], usd_fine(row["settled_nusd"]),
                       usd_fine(row["open_nusd"])))
@@ -1495,6 +1503,10 @@ def spend(by, period, account, client, limit, json_, csv_):
     _table(table)
     if more > 0:
         click.echo(_more_conversations(more, len(rows)))
+
+
+# The --by conversation row of prompts without a conversation: llm conversation ids never hold "(".
+WITHOUT_CONVERSATION = "(prompts without a conversation)"
 
 
 def _more_conversations(more, shown):
@@ -2149,7 +2161,10 @@ def ladder(model_id, client, json_):
 @click.option("fragments", "-f", "--fragment", multiple=True, metavar="FRAGMENT", help="A fragment (alias, hash, file or URL) added to the prompt (repeatable)")
 @click.option("system_fragments", "--sf", "--system-fragment", multiple=True, metavar="FRAGMENT", help="A fragment added to the system prompt (repeatable)")
 @click.option("options", "-o", "--option", type=(str, str), multiple=True, metavar="NAME VALUE", help="A model option, as for llm prompt")
-@click.option("tools", "-T", "--tool", multiple=True, metavar="NAME", help="A registered tool the request carries (repeatable)")
+@click.option(
+    "tools", "-T", "--tool", multiple=True, metavar="NAME",
+    help="A registered tool or a server-side tool such as 'WebSearch(max_uses=3)' the request carries (repeatable)",
+)
 @click.option("python_tools", "--functions", multiple=True, metavar="CODE", help="Python code or a .py file defining tool functions")
 @click.option("schema_input", "--schema", metavar="SCHEMA", help="A JSON schema, its concise form or a file, as for llm prompt")
 @click.option("-c", "--continue", "continue_", is_flag=True, help="Count the next prompt of the most recent conversation")
@@ -2176,6 +2191,7 @@ def count(
         llm accounts count -m claude-routed/claude-haiku-4-5 "Fun facts about pelicans"
         llm accounts count -s "Be brief" -a photo.jpg "Describe this" --json
         llm accounts count -f notes.md "Summarize these notes"
+        llm accounts count -T 'WebSearch(max_uses=3)' "Latest pelican news"
         llm accounts count -c "And in French?"
     """
     from . import counting
@@ -2203,7 +2219,8 @@ def count(
         if tools or python_tools:
             from llm.cli import _gather_tools
 
-            kwargs["tools"] = _gather_tools(list(tools), list(python_tools))
+            # With the model, -T also finds its server-side tools (WebSearch, WebFetch), as llm prompt does.
+            kwargs["tools"] = _gather_tools(list(tools), list(python_tools), model=model)
         if schema_input:
             kwargs["schema"] = _schema(schema_input)
         built = (conversation or model).prompt(prompt, **kwargs, **extra)

@@ -52,15 +52,18 @@ def _what_fits(account, revision, model, unit, limit):
     tokens = largest_max_tokens(model.id, revision, unit, limit)
     if tokens is not None:
         return f"-o max_tokens {tokens} or lower fits"
+    # A shipped model first, then an active one, then the largest ceiling that fits: a model only
+    # the user's own price file knows is named only when no shipped model fits (docs/pricing.md
+    # "Small budgets").
     fitting = [
-        (other.status == "active", _size(quote_for(other.id, revision), unit), other.id)
+        (_shipped(revision, other.id), other.status == "active", _size(quote_for(other.id, revision), unit), other.id)
         for other in revision.models.values()
         if other.status != "retired" and _serves(account, other.id)
         and _size(quote_for(other.id, revision), unit) <= limit
     ]
     if not fitting:
         return "no model fits it at its default max_tokens (llm accounts prices)"
-    _, ceiling, best = max(fitting)
+    *_, ceiling, best = max(fitting)
     return f"claude-routed/{best} fits ({_ceiling(ceiling, unit)} at its default max_tokens)"
 
 
@@ -89,6 +92,13 @@ def _amount(value, unit):
 
 def _ceiling(value, unit):
     return f"{usd_fine(value)} ceiling" if unit == "dollars" else f"{value:,}-token ceiling"
+
+
+def _shipped(revision, model_id):
+    """Whether the shipped price revision lists ``model_id`` (a ``price_book.Book`` also holds the
+    user's own revisions; a plain revision is the shipped one)."""
+    shipped = getattr(revision, "shipped", revision)
+    return shipped.model(model_id) is not None
 
 
 def _serves(account, model_id):

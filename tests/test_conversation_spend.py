@@ -111,6 +111,29 @@ def test_the_costliest_conversations_equal_a_group_by_over_the_attempts(history)
                     }
 
 
+WITHOUT_FROM_ROWS = """
+SELECT month_utc, account, COUNT(*), COALESCE(SUM(cost_nusd), 0),
+       COALESCE(SUM(CASE WHEN state = 'open' THEN ceiling_nusd END), 0)
+FROM attempt WHERE scope_kind <> 'conversation' GROUP BY 1, 2
+"""
+
+
+def test_prompts_without_a_conversation_are_their_own_rows_per_account_equal_to_a_group_by(history):
+    with Ledger(history) as ledger:
+        # In flight too: its ceiling is held, not spent.
+        ledger.reserve(Scope("prompt", "p2"), "a-prompt-flight", quote(SONNET, NANO), [HOME], now=T0 + DAY)
+        for month in (MONTH, PREVIOUS, EMPTY):
+            for account in (None, "work", "home"):
+                expected = [
+                    {"account": acc, "attempts": attempts, "settled_nusd": settled, "open_nusd": held}
+                    for month_utc, acc, attempts, settled, held in sorted(tuple(row) for row in ledger._conn.execute(WITHOUT_FROM_ROWS))
+                    if month_utc == month and account in (None, acc)
+                ]
+                found = ledger.spend_by_conversation(month, account=account, limit=2)
+                assert found["without_conversation"] == expected
+        assert [row["account"] for row in ledger.spend_by_conversation(MONTH)["without_conversation"]] == ["home", "work"]
+
+
 def test_equal_totals_are_ordered_by_account_then_conversation_and_a_moved_conversation_has_a_row_per_account(copied):
     with Ledger(copied) as ledger:
         rows = ledger.spend_by_conversation(MONTH)["rows"]
@@ -172,20 +195,29 @@ def test_spend_by_conversation_shows_the_limit_then_how_many_more_with_a_total_o
     assert lines[0] == f"Credit period {MONTH}"
     # Held ceilings count towards the order (settled plus held), never as spent.
     assert [line.split() for line in lines[2:4]] == [["c-i", "home", "1", "$0.00", "$1.00"], ["c-f", "work", "1", "$0.00", "$1.00"]]
-    assert lines[4].split() == ["total", "11", "$1.785", "$2.00"]
-    assert lines[5] == "and 8 more conversations; show them with --limit 10"
+    assert lines[5].split() == ["total", "12", "$2.784", "$2.00"]  # the conversations and the one-off prompt
+    assert lines[6] == "and 8 more conversations; show them with --limit 10"
     assert "more" not in run("--limit", "10").output
+
+
+def test_spend_by_conversation_shows_prompts_without_a_conversation_in_a_labelled_row_of_their_own(cli):
+    lines = run("--limit", "2").output.splitlines()
+    assert lines[4].split("  ")[0] == "(prompts without a conversation)"
+    assert lines[4].split()[-4:] == ["work", "1", "$0.999", "$0.00"]
 
 
 def test_spend_by_conversation_json_says_how_many_more(cli):
     data = json.loads(run("--limit", "1", "--json").output)
     assert data["rows"] == [{"conversation": "c-i", "account": "home", "attempts": 1, "settled_nusd": 0, "open_nusd": NANO}]
-    assert data["more"] == 9 and data["total"]["attempts"] == 11
+    assert data["without_conversation"] == [{"account": "work", "attempts": 1, "settled_nusd": 999_000_000, "open_nusd": 0}]
+    assert data["more"] == 9 and data["total"]["attempts"] == 12
 
 
 def test_spend_by_conversation_csv_keeps_its_rows_and_says_how_many_more_on_stderr(cli):
     result = CliRunner().invoke(accounts_cli, ["spend", "--by", "conversation", "--limit", "2", "--csv"])
-    assert [line.split(",")[:2] for line in result.stdout.splitlines()] == [["conversation", "account"], ["c-i", "home"], ["c-f", "work"]]
+    assert [line.split(",")[:2] for line in result.stdout.splitlines()] == [
+        ["conversation", "account"], ["c-i", "home"], ["c-f", "work"], ["(prompts without a conversation)", "work"],
+    ]
     assert result.stderr == "and 8 more conversations; show them with --limit 10\n"
 
 
@@ -224,3 +256,11 @@ def test_one_accounts_open_attempts_are_read_from_their_own_index(copied):
     assert probes and all("USING INDEX attempt_open_account (provider=? AND account=?" in step for step in probes)
     plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + admission.OPEN_COUNTS_SQL, ("d", "c", "anthropic", "work", MONTH))]
     assert plan[0] == "SEARCH attempt USING INDEX attempt_open_account (provider=? AND account=?)"
+
+
+def test_with_a_client_filter_prompts_without_a_conversation_are_only_that_clients(history):
+    with Ledger(history) as ledger:
+        ledger.reserve(Scope("prompt", "p3"), "a-prompt-nightly", quote(SONNET, NANO), [HOME], client="nightly", now=T0 + DAY)
+        ledger.settle("a-prompt-nightly", Complete(7_000_000, {}, SONNET), now=T0 + DAY)
+        found = ledger.spend_by_conversation(MONTH, client="nightly")
+    assert found["without_conversation"] == [{"account": "home", "attempts": 1, "settled_nusd": 7_000_000, "open_nusd": 0}]

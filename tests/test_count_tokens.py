@@ -298,3 +298,15 @@ def test_a_count_whose_digits_hold_a_run_of_the_key_is_not_shown():
     assert tokens is None and error.code == "provider_error"
     assert "31415926" not in str(error)
     assert read_count(b'{"input_tokens": 27}', run_detector(key)) == (27, None)
+
+
+def test_a_server_side_tool_given_with_T_is_counted_with_its_definition(accounts, ledger_path):
+    # As llm-anthropic's `llm anthropic count -T 'WebSearch(max_uses=3)'`: the tool's spec goes in
+    # the count request's tools, and the stand-in counts its definition like any tool's.
+    result = llm_cli("accounts", "count", "-m", MODEL, "-T", "WebSearch(max_uses=3)", "Hello there")
+    assert result.exit_code == 0, result.output
+    [sent] = counts(accounts)
+    assert sent["body"]["tools"] == [{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
+    tool_json = json.dumps(sent["body"]["tools"][0], sort_keys=True, separators=(",", ":"))
+    assert result.output == f"{346 + -(-len(tool_json) // 4) + 3}\n"
+    assert attempts(ledger_path) == []

@@ -32,7 +32,7 @@ from datasette_plugin.queries import QUERIES, canned_queries, metadata, usd_sql
 from llm_accounts import clock, schema
 from llm_accounts.browse import child_environment
 from llm_accounts.cli import accounts as accounts_cli
-from llm_accounts.money import INT64_MAX, usd_exact
+from llm_accounts.money import INT64_MAX, usd_exact, usd_fine
 
 from conftest import assert_no_key_material
 
@@ -520,7 +520,7 @@ def account_row(html, name):
 async def test_dashboard_shows_each_account_with_its_money(ds, at_now):
     html = await dashboard_html(ds)
     # budget, settled, open ceilings, remaining, used, today (open part), daily budget
-    assert account_row(html, "alpha").startswith("alpha ok $50.00 $4.00 $2.00 $44.00 12.0% $2.25 $1.50 open $10.00")
+    assert "$50.00 $4.00 $2.00 $44.00 12.0% $2.25 $1.50 open $10.00" in account_row(html, "alpha")
     assert "$20.00 $19.75 $0.25 $0.00 100.0%" in account_row(html, "beta")
     assert "$5.00 $5.50 $0.00 -$0.50 110.0%" in account_row(html, "delta")
     # gamma's one settled nanodollar would read $0.00 like omega's nothing: it keeps its digits.
@@ -633,6 +633,37 @@ def test_summary_marks_a_reached_daily_budget():
         "a", budget_nusd=10 * USD, daily_budget_nusd=USD, today_settled_nusd=USD // 2, today_open_nusd=USD // 2
     )
     assert summary.marks == [("bad", "Daily budget reached")]
+
+
+def test_summary_marks_an_account_whose_room_is_below_the_default_prompts_ceiling():
+    prompt = dashboard.DefaultPrompt("claude-sonnet-4-6", 2 * USD)
+    short = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=8 * USD + 1, default_prompt=prompt)
+    room = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=8 * USD, default_prompt=prompt)
+    assert short.marks == [("bad", "Cannot take a plain claude-routed prompt: $1.999999999 left, below the $2.00 ceiling of claude-sonnet-4-6")]
+    assert room.marks == []  # the ceiling fits exactly: admitted
+
+
+def test_summary_marks_an_account_whose_room_today_is_below_the_default_prompts_ceiling():
+    prompt = dashboard.DefaultPrompt("claude-sonnet-4-6", 2 * USD)
+    summary = dashboard.AccountSummary(
+        "a", budget_nusd=10 * USD, daily_budget_nusd=3 * USD, today_settled_nusd=USD // 2, today_open_nusd=USD,
+        default_prompt=prompt,
+    )
+    assert summary.marks == [("bad", "Cannot take a plain claude-routed prompt: $1.50 left today, below the $2.00 ceiling of claude-sonnet-4-6")]
+
+
+def test_summary_marks_a_blocked_account_by_its_block_and_takes_no_default_prompt():
+    prompt = dashboard.DefaultPrompt("claude-sonnet-4-6", 2 * USD)
+    summary = dashboard.AccountSummary("a", budget_nusd=10 * USD, block_reason="manual", default_prompt=prompt)
+    assert summary.marks == [("bad", "Blocked: manual")]
+    assert summary.default_prompt_refusal == "blocked"
+
+
+def test_summary_marks_a_budget_warning_the_ledger_said_while_spend_is_past_it():
+    warned = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=8_500_000_000, warned_threshold=80)
+    refunded = dashboard.AccountSummary("a", budget_nusd=10 * USD, settled_nusd=7 * USD, warned_threshold=80)
+    assert warned.marks == [("warn", "Budget warning: 85 % spent, past its 80 % threshold")]
+    assert refunded.marks == []
 
 
 def test_period_days_cover_the_credit_period():
@@ -936,7 +967,51 @@ async def test_failing_blocked_and_exhausted_accounts_are_marked_in_the_charts(d
     legend = re.search(r'<h2>Spend per UTC day.*?</ul>', html, re.S).group(0)
     assert re.search(r'data-account="gamma">.*?\(Failing: rate_limited, HTTP 429\)', legend)
     assert re.search(r'data-account="beta">.*?\(Budget reached\)', legend)
-    assert re.search(r'data-account="alpha">[^(]*</li>', legend)  # nothing to notice
+    assert re.search(r'data-account="omega">[^(]*</li>', legend)  # nothing to notice
+
+
+@pytest.fixture
+def shipped_default(monkeypatch):
+    monkeypatch.delenv("LLM_ACCOUNTS_MODEL", raising=False)
+    from llm_accounts.ladder import quote_for
+
+    return "claude-sonnet-4-6", usd_fine(quote_for("claude-sonnet-4-6").ceiling_nusd)
+
+
+@pytest.mark.asyncio
+async def test_dashboard_marks_accounts_without_room_for_the_default_prompt(ds, at_now, shipped_default):
+    model, ceiling = shipped_default
+    html = await dashboard_html(ds)
+    # alpha: $10.00 a day, $2.25 of it used; beta: its budget spent.
+    assert f"Cannot take a plain claude-routed prompt: $7.75 left today, below the {ceiling} ceiling of {model}" in account_row(html, "alpha")
+    assert f"Cannot take a plain claude-routed prompt: $0.00 left, below the {ceiling} ceiling of {model}" in account_row(html, "beta")
+    for name in ("gamma", "omega"):
+        assert "Cannot take" not in account_row(html, name)
+    response = await ds.client.get("/-/llm-accounts.json")
+    (ledger,) = response.json()["ledgers"]
+    takes = {account["account"]: account["takes_default_prompt"] for account in ledger["accounts"]}
+    assert takes == {"alpha": False, "beta": False, "gamma": True, "delta": False, "omega": True}  # delta: blocked
+    assert ledger["default_prompt"]["model"] == model
+
+
+@pytest.mark.asyncio
+async def test_dashboard_marks_an_account_past_a_budget_warning_the_ledger_said(ledger, at_now):
+    db = sqlite_utils.Database(ledger)
+    # beta has spent $19.75 of $20.00 (98 %); alpha $4.00 of $50.00 (8 %), below what it was warned of.
+    db["budget_warning"].insert_all([
+        dict(provider="anthropic", account=name, month_utc=PERIOD, threshold=threshold, spent_nusd=spent,
+             warned_at=clock.isoformat(NOW - HOUR))
+        for name, threshold, spent in (("beta", 80, 16 * USD), ("beta", 95, 19 * USD), ("alpha", 5, 3 * USD), ("gamma", 80, 80 * USD))
+    ])
+    db.close()
+    ds = Datasette([str(ledger)])
+    html = await dashboard_html(ds)
+    assert "Budget warning: 98 % spent, past its 95 % threshold" in account_row(html, "beta")
+    assert "Budget warning: 8 % spent, past its 5 % threshold" in account_row(html, "alpha")
+    assert "Budget warning" not in account_row(html, "gamma")  # spend is back below it (a correction)
+    (ledger_json,) = (await ds.client.get("/-/llm-accounts.json")).json()["ledgers"]
+    thresholds = {account["account"]: account["budget_warning_threshold"] for account in ledger_json["accounts"]}
+    assert (thresholds["beta"], thresholds["gamma"], thresholds["omega"]) == (95, None, None)
 
 
 @pytest.mark.asyncio

@@ -121,3 +121,39 @@ def test_prices_shows_every_active_models_ceiling_at_its_default_max_tokens():
             assert row[4:6] == ["-", "-"]
         else:
             assert row[4:6] == [f"{for_model(model.id).default_max_tokens:,}", usd_fine(quote_for(model.id).ceiling_nusd)]
+
+
+def nova_book(context_window, max_output):
+    """The price book with the user's own revision of claude-nova-6, a model nothing ships."""
+    from llm_accounts import price_book
+
+    nova = {
+        "id": "claude-nova-6", "display_name": "Claude Nova 6", "context_window": context_window,
+        "max_output": max_output, "status": "active",
+        "rates": {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000},
+    }
+    data = {"revision": "2026-12-05-mine", "applies_from": "2026-12-05", "sources": ["https://example.com/pricing"], "models": [nova]}
+    return price_book.build(pricing.current_revision(), [pricing.revision_from_dict(data, pricing.USER)])
+
+
+def small_account(budget_nusd):
+    from llm_accounts.declarations import Account
+
+    return Account(name="small", key_env="SMALL_KEY", budget_nusd=budget_nusd)
+
+
+def test_a_shipped_model_that_fits_is_named_before_one_only_the_users_price_file_knows():
+    book = nova_book(400_000, 32_000)
+    # Nova's ceiling fits the budget and is larger than the shipped model's that also fits.
+    assert quote_for("claude-haiku-5-5", book).ceiling_nusd < quote_for("claude-nova-6", book).ceiling_nusd < 5 * 10**9
+    [line] = fits.warnings(small_account(5 * 10**9), book)
+    assert line.endswith("; claude-routed/claude-haiku-5-5 fits ($1.276 ceiling at its default max_tokens), or raise the budget")
+
+
+def test_a_model_only_the_users_price_file_knows_is_named_when_no_shipped_model_fits():
+    book = nova_book(10_000, 1_000)
+    nova = quote_for("claude-nova-6", book).ceiling_nusd
+    shipped = pricing.current_revision()
+    assert all(quote_for(model.id).ceiling_nusd > nova for model in shipped.models.values() if model.status != "retired")
+    [line] = fits.warnings(small_account(nova), book)
+    assert f"; claude-routed/claude-nova-6 fits ({usd_fine(nova)} ceiling at its default max_tokens)" in line

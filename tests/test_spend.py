@@ -197,8 +197,19 @@ def test_spend_csv_has_nanodollars_and_exact_dollars(filled):
     result = run("spend", "--by", "account", "--csv")
     table = list(csv.DictReader(io.StringIO(result.output)))
     home = next(row for row in table if row["account"] == "home")
-    assert home["open_nusd"] == str(2 * NANO + 7) and home["held_usd"] == "2.000000007"
+    assert home["open_nusd"] == str(2 * NANO + 7) and home["open_usd"] == "2.000000007"
     assert home["settled_usd"] == "0.000000000"
+
+
+@pytest.mark.parametrize("command", [
+    *(("spend", "--by", by) for by in ("account", "model", "client", "conversation", "day")),
+    ("attempts",),
+])
+def test_each_nanodollar_csv_column_has_its_dollar_twin_of_the_same_stem(filled, command):
+    header = run(*command, "--csv").output.splitlines()[0].split(",")
+    nusd = {name[: -len("_nusd")] for name in header if name.endswith("_nusd")}
+    usd = {name[: -len("_usd")] for name in header if name.endswith("_usd")}
+    assert nusd and nusd == usd
 
 
 @pytest.mark.parametrize("args", [("--period", "2026-13"), ("--period", "Dec"), ("--json", "--csv")])
