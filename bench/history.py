@@ -157,7 +157,7 @@ def generate(path, size, now):
                         in_flight=IN_FLIGHT if p == PERIODS - 1 else 0)
         first += count
     if bulk:
-        for statement in schema.statements():
+        for statement in [*schema.statements(), *schema.statements(schema.INDEXES)]:
             conn.execute(statement)
         # month_conversation's inserts reach month_conversation_total through its triggers.
         for table in ("day", "month_outcome", "month_client", "month_model", "month_conversation"):

@@ -212,8 +212,9 @@ def test_a_ledger_without_the_open_attempts_index_gains_it_on_open(history):
 
 
 def test_one_accounts_open_attempts_are_read_from_their_own_index(copied):
-    """The half-open probe's lookup (in the facts every admission reads) and a refusal's open
-    counts read one account's open attempts, not every open attempt of the ledger."""
+    """The half-open probe's lookup (in the facts every admission reads) reads one account's open
+    attempts, and a refusal's open counts only this credit period's, from an index that holds
+    what they count: not every open attempt of the ledger, nor those left open in earlier periods."""
     from llm_accounts.ledger import admission, reads
 
     db = sqlite3.connect(copied)
@@ -222,5 +223,6 @@ def test_one_accounts_open_attempts_are_read_from_their_own_index(copied):
     plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + reads._FACTS_SQL, facts)]
     probes = [step for step in plan if step.startswith(("SEARCH p ", "SCAN p"))]
     assert probes and all("USING INDEX attempt_open_account (provider=? AND account=?" in step for step in probes)
-    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + admission.OPEN_COUNTS_SQL, ("d", "c", "anthropic", "work", MONTH))]
-    assert plan[0] == "SEARCH attempt USING INDEX attempt_open_account (provider=? AND account=?)"
+    sql = admission.OPEN_COUNTS_SQL.format(names="?, ?")
+    plan = [row[3] for row in db.execute("EXPLAIN QUERY PLAN " + sql, ("d", "c", "anthropic", MONTH, "work", "play"))]
+    assert plan[0] == "SEARCH attempt USING COVERING INDEX attempt_open_period (provider=? AND month_utc=? AND account=?)"
