@@ -234,14 +234,15 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
             if expires is not None and expires > now:
                 warm.add(row["account"])
     by_name = {v.account.name: v for v in fit}
-    candidates = selection.order(
+    every = [
         selection.candidate(
             v,
             warm=v.account.name in warm
             and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
         )
         for v in fit
-    )
+    ]
+    candidates = selection.first(every)
     if len(candidates) > 1 and selection.tied_before_scopes(candidates[0], candidates[1]):
         # Only a tie needs the count of conversations in flight, so only a tie reads it.
         scopes = dict(
@@ -251,8 +252,10 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
                 (provider,),
             ).fetchall()
         )
-        candidates = selection.order(
-            dataclasses.replace(c, open_scopes=scopes.get(c.name, 0)) for c in candidates
+        # Only those tied with the first can come first once the scope count breaks the tie.
+        candidates = selection.first(
+            dataclasses.replace(c, open_scopes=scopes.get(c.name, 0))
+            for c in every if selection.tied_before_scopes(c, candidates[0])
         )
     chosen = by_name[candidates[0].name]
     if cert is not None and package.WARM_AFFINITY:
