@@ -517,7 +517,7 @@ def postgres_section(pool, n, args, pg, rtts, summary):
         raw_server = statistics.mean(r[3] for r in raws)
         raw_client = statistics.mean(r[2] for r in raws)
         print(f"raw: {raw_rate:.0f} commits/s; server CPU {raw_server * 1000:.3f} ms/commit; client CPU {raw_client * 1000:.3f} ms/commit")
-        print("| accounts | admissions/s | ledger tx/s | ratio (2 x adm / raw), per round | ledger_busy | server CPU ms/adm | / raw commit | client CPU ms/adm | CPU ratio |")
+        print("| accounts | admissions/s | ledger tx/s | ratio (2 x adm / raw): median of rounds (min, max) | ledger_busy | server CPU ms/adm | / raw commit | client CPU ms/adm | CPU ratio |")
         print("|---|---|---|---|---|---|---|---|---|")
         for k in args.accounts:
             got = results[("ledger", k)]
@@ -529,9 +529,9 @@ def postgres_section(pool, n, args, pg, rtts, summary):
             # commit's CPU, server and client, over a ledger transaction's. Near the measured
             # ratio, the run was CPU-bound.
             cpu_ratio = (raw_server + raw_client) / ((server + client) / 2)
-            print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {statistics.mean(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
+            print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {ratio_text(ratios)} | "
                   f"{sum(g[1] for g in got)} | {server * 1000:.3f} | {server / raw_server:.1f} x | {client * 1000:.3f} | {cpu_ratio:.2f} |")
-            summary.append((n, rtt, k, raw_rate, adm, statistics.mean(ratios), server / raw_server, cpu_ratio))
+            summary.append((n, rtt, k, raw_rate, adm, statistics.median(ratios), server / raw_server, cpu_ratio))
         for k in args.accounts:
             total = sum(waits[k].values()) or 1
             print(f"top waits of the ledger's backends over {k} account{'s' if k > 1 else ''} (share of samples of "
