@@ -26,7 +26,8 @@ second, to see whether readers delay admission. ``ledger_busy`` refusals are cou
 
 PostgreSQL: a throwaway server (tests/pgserver.py, fsync and synchronous_commit on). The worker
 processes run in a network namespace joined to the host by a veth pair with a private /30
-(10.231.77.0/30), set up and torn down here (root needed; without it everything runs on the
+(one of 10.231.0.0/16 no interface uses, chosen from the run's process id, so two runs at once
+never share one), set up and torn down here (root needed; without it everything runs on the
 loopback and the round-trip arms are skipped). The server listens on 127.0.0.1 and the host end of
 the veth. Round trip 0 connects across the veth directly; 1 ms and 5 ms add ``tc qdisc netem
 delay`` of half the round trip on each end of the veth, or, on a kernel without ``sch_netem``,
@@ -67,7 +68,7 @@ import uuid
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-NS_HOST, NS_PEER, NS_PREFIX = "10.231.77.1", "10.231.77.2", 30
+NS_PREFIX = 30
 BUDGET = 10**15  # nanodollars: never the limit
 CEILING = 3_000_000_000
 COST = 4_500_000
@@ -111,6 +112,7 @@ class Network:
     def __init__(self):
         tag = f"{os.getpid() % 100000}"
         self.ns, self.host_if, self.peer_if = f"llmfleet{tag}", f"flh{tag}", f"fln{tag}"
+        self.host, self.peer = private_pair()
         self.up = self.netem = False
 
     def __enter__(self):
@@ -119,9 +121,9 @@ class Network:
             self.up = True
             sh("ip", "link", "add", self.host_if, "type", "veth", "peer", "name", self.peer_if)
             sh("ip", "link", "set", self.peer_if, "netns", self.ns)
-            sh("ip", "addr", "add", f"{NS_HOST}/{NS_PREFIX}", "dev", self.host_if)
+            sh("ip", "addr", "add", f"{self.host}/{NS_PREFIX}", "dev", self.host_if)
             sh("ip", "link", "set", self.host_if, "up")
-            sh("ip", "-n", self.ns, "addr", "add", f"{NS_PEER}/{NS_PREFIX}", "dev", self.peer_if)
+            sh("ip", "-n", self.ns, "addr", "add", f"{self.peer}/{NS_PREFIX}", "dev", self.peer_if)
             sh("ip", "-n", self.ns, "link", "set", self.peer_if, "up")
             sh("ip", "-n", self.ns, "link", "set", "lo", "up")
             self.netem = sh("tc", "qdisc", "add", "dev", self.host_if, "root", "netem", "delay", "0ms", check=False).returncode == 0
@@ -140,6 +142,19 @@ class Network:
             sh("ip", "link", "del", self.host_if, check=False)
             sh("ip", "netns", "del", self.ns, check=False)
             self.up = False
+
+
+def private_pair():
+    """The host and peer addresses of a /30 in 10.231.0.0/16 that no interface here uses, chosen
+    from this process's id: two runs at once (each its own process) never share one."""
+    used = sh("ip", "-o", "-4", "addr", "show", check=False).stdout
+    for step in range(16384):
+        block = (os.getpid() + step) % 16384  # 16,384 blocks of 4 addresses
+        base = f"10.231.{block // 64}."
+        host, peer = f"{base}{block % 64 * 4 + 1}", f"{base}{block % 64 * 4 + 2}"
+        if f" {host}/" not in used and f" {peer}/" not in used:
+            return host, peer
+    raise RuntimeError("no free /30 in 10.231.0.0/16")
 
 
 def enter_netns(name):
@@ -502,7 +517,7 @@ def postgres_section(pool, n, args, pg, rtts, summary):
         raw_server = statistics.mean(r[3] for r in raws)
         raw_client = statistics.mean(r[2] for r in raws)
         print(f"raw: {raw_rate:.0f} commits/s; server CPU {raw_server * 1000:.3f} ms/commit; client CPU {raw_client * 1000:.3f} ms/commit")
-        print("| accounts | admissions/s | ledger tx/s | ratio (2 x adm / raw), per round | ledger_busy | server CPU ms/adm | / raw commit | client CPU ms/adm | CPU ratio |")
+        print("| accounts | admissions/s | ledger tx/s | ratio (2 x adm / raw): median of rounds (min, max) | ledger_busy | server CPU ms/adm | / raw commit | client CPU ms/adm | CPU ratio |")
         print("|---|---|---|---|---|---|---|---|---|")
         for k in args.accounts:
             got = results[("ledger", k)]
@@ -514,9 +529,9 @@ def postgres_section(pool, n, args, pg, rtts, summary):
             # commit's CPU, server and client, over a ledger transaction's. Near the measured
             # ratio, the run was CPU-bound.
             cpu_ratio = (raw_server + raw_client) / ((server + client) / 2)
-            print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {statistics.mean(ratios):.2f} ({', '.join(f'{r:.2f}' for r in ratios)}) | "
+            print(f"| {k} | {adm:.0f} | {2 * adm:.0f} | {ratio_text(ratios)} | "
                   f"{sum(g[1] for g in got)} | {server * 1000:.3f} | {server / raw_server:.1f} x | {client * 1000:.3f} | {cpu_ratio:.2f} |")
-            summary.append((n, rtt, k, raw_rate, adm, statistics.mean(ratios), server / raw_server, cpu_ratio))
+            summary.append((n, rtt, k, raw_rate, adm, statistics.median(ratios), server / raw_server, cpu_ratio))
         for k in args.accounts:
             total = sum(waits[k].values()) or 1
             print(f"top waits of the ledger's backends over {k} account{'s' if k > 1 else ''} (share of samples of "
@@ -637,13 +652,187 @@ def breakdown(pg, admissions):
     admin.close()
 
 
+def ratio_text(ratios):
+    """The median of per-round ratios, with the smallest and the largest (docs/performance.md)."""
+    return f"{statistics.median(ratios):.2f} (min {min(ratios):.2f}, max {max(ratios):.2f})"
+
+
+def hand_written(raw, n, tag, month, day):
+    """``n`` admissions written by hand: per admission, the rows a reserve and its settle write
+    (the attempt, the month's running totals, the binding of a new conversation, the day,
+    month_outcome, month_model, month_conversation and month_conversation_total rows), each
+    transaction one message of plain statements with its values inline, on a schema whose totals
+    triggers are disabled. No read, no lock, no re-check: the floor of what an admission writes."""
+    import psycopg
+
+    cursor = psycopg.ClientCursor(raw)
+    key = "provider = 'anthropic' AND account = 'acct00'"
+    for i in range(n):
+        attempt, conversation = f"{tag}-{i}-{uuid.uuid4().hex[:8]}", f"{tag}-{i // 4}"
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S.000000+00:00", time.gmtime())
+        new = i % 4 == 0
+        values = {"id": attempt, "c": conversation, "m": month, "d": day, "ts": ts, "ceiling": CEILING, "cost": COST,
+                  "model": MODEL, "new": 1 if new else 0}
+        reserve = [
+            """INSERT INTO attempt (id, scope_kind, scope_id, provider, account, month_utc, day_utc, ceiling_nusd,
+                 price_revision, requested_model, request_digest, state, created_at, host, pid, pid_started)
+               VALUES (%(id)s, 'conversation', %(c)s, 'anthropic', 'acct00', %(m)s, %(d)s, %(ceiling)s, 'bench',
+                 %(model)s, repeat('0', 64), 'open', %(ts)s, 'bench-host', 1, '1')""",
+            """UPDATE month SET open_nusd = open_nusd + %(ceiling)s, day_open_nusd = day_open_nusd + %(ceiling)s
+               WHERE provider = 'anthropic' AND name = 'acct00' AND month_utc = %(m)s""",
+            *(["""INSERT INTO binding (scope_kind, scope_id, provider, account, created_at)
+                  VALUES ('conversation', %(c)s, 'anthropic', 'acct00', %(ts)s)"""] if new else []),
+            """INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
+               VALUES (%(d)s, 'anthropic', 'acct00', 1, 0, %(ceiling)s) ON CONFLICT (day_utc, provider, account)
+               DO UPDATE SET attempts = day.attempts + 1, open_nusd = day.open_nusd + excluded.open_nusd""",
+            """INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type,
+                 rejection_class, http_status, attempts, cost_nusd, open_nusd, last_at)
+               VALUES (%(m)s, 'anthropic', 'acct00', 'open', '', '', '', 0, 1, 0, %(ceiling)s, %(ts)s)
+               ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+               DO UPDATE SET attempts = month_outcome.attempts + 1, open_nusd = month_outcome.open_nusd + excluded.open_nusd,
+                 last_at = GREATEST(month_outcome.last_at, excluded.last_at)""",
+            """INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+               VALUES (%(m)s, 'anthropic', 'acct00', %(model)s, 1, 0, %(ceiling)s)
+               ON CONFLICT (month_utc, provider, account, model) DO UPDATE SET attempts = month_model.attempts + 1,
+                 open_nusd = month_model.open_nusd + excluded.open_nusd""",
+            """INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
+               VALUES (%(m)s, 'anthropic', 'acct00', %(c)s, 1, 0, %(ceiling)s)
+               ON CONFLICT (month_utc, provider, account, conversation) DO UPDATE SET
+                 attempts = month_conversation.attempts + 1, open_nusd = month_conversation.open_nusd + excluded.open_nusd""",
+            """INSERT INTO month_conversation_total (month_utc, provider, account, conversations, attempts, settled_nusd,
+                 open_nusd) VALUES (%(m)s, 'anthropic', 'acct00', %(new)s, 1, 0, %(ceiling)s)
+               ON CONFLICT (month_utc, provider, account) DO UPDATE SET
+                 conversations = month_conversation_total.conversations + excluded.conversations,
+                 attempts = month_conversation_total.attempts + 1,
+                 open_nusd = month_conversation_total.open_nusd + excluded.open_nusd""",
+        ]
+        settle = [
+            """UPDATE attempt SET state = 'settled', settled_at = %(ts)s, outcome_at = %(ts)s, outcome = 'complete',
+                 cost_nusd = %(cost)s, served_model = %(model)s, usage_json = '{"input_tokens": 1200, "output_tokens": 300}',
+                 http_status = 200, tokens = 1500 WHERE id = %(id)s""",
+            """UPDATE month SET open_nusd = open_nusd - %(ceiling)s, settled_nusd = settled_nusd + %(cost)s,
+                 day_open_nusd = day_open_nusd - %(ceiling)s, day_settled_nusd = day_settled_nusd + %(cost)s
+               WHERE provider = 'anthropic' AND name = 'acct00' AND month_utc = %(m)s""",
+            f"""UPDATE day SET settled_nusd = settled_nusd + %(cost)s, open_nusd = open_nusd - %(ceiling)s
+               WHERE day_utc = %(d)s AND {key}""",
+            f"""UPDATE month_outcome SET attempts = attempts - 1, open_nusd = open_nusd - %(ceiling)s
+               WHERE month_utc = %(m)s AND {key} AND state = 'open' AND outcome = '' AND provider_error_type = ''
+                 AND rejection_class = '' AND http_status = 0""",
+            """INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type,
+                 rejection_class, http_status, attempts, cost_nusd, open_nusd, last_at)
+               VALUES (%(m)s, 'anthropic', 'acct00', 'settled', 'complete', '', '', 200, 1, %(cost)s, 0, %(ts)s)
+               ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+               DO UPDATE SET attempts = month_outcome.attempts + 1, cost_nusd = month_outcome.cost_nusd + excluded.cost_nusd,
+                 last_at = GREATEST(month_outcome.last_at, excluded.last_at)""",
+            f"""UPDATE month_model SET settled_nusd = settled_nusd + %(cost)s, open_nusd = open_nusd - %(ceiling)s
+               WHERE month_utc = %(m)s AND {key} AND model = %(model)s""",
+            f"""UPDATE month_conversation SET settled_nusd = settled_nusd + %(cost)s, open_nusd = open_nusd - %(ceiling)s
+               WHERE month_utc = %(m)s AND {key} AND conversation = %(c)s""",
+            f"""UPDATE month_conversation_total SET settled_nusd = settled_nusd + %(cost)s, open_nusd = open_nusd - %(ceiling)s
+               WHERE month_utc = %(m)s AND {key}""",
+        ]
+        for statements in (reserve, settle):
+            cursor.execute(";\n".join(["BEGIN", *(cursor.mogrify(sql, values) for sql in statements), "COMMIT"]))
+
+
+def floors(pg, admissions, rounds, cold):
+    """Server CPU per admission against its floors, in ``rounds`` rounds (the arms in turn in each,
+    so drift in the machine touches each alike); the goals are ratios of the same round:
+
+    - warm: a ledger's admissions (reserve + settle) on one connection kept open;
+    - hand-written: the rows those admissions write, written by hand (``hand_written``);
+    - cold process: what an ``llm`` prompt's process costs the server, one admission per
+      connection: connect, open the ledger, reserve and settle once (the backend's whole CPU);
+    - a fresh plain connection and one raw commit, the cold arm's floor."""
+    import psycopg
+
+    from llm_accounts import clock
+    from llm_accounts.ledger import Complete, Ledger, Scope
+
+    server = pg["server"]
+    admin = psycopg.connect(server.url, autocommit=True)
+    print(f"\n### Server CPU per admission against its floors: one process, {rounds} rounds of {admissions} "
+          f"admissions and {cold} cold processes, round trip 0")
+
+    def pid_of(app):
+        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+
+    def cpu_of(pid):
+        return backend_cpu([pid])[pid]
+
+    def admit(led, tag, n):
+        for i in range(n):
+            attempt = f"{tag}-{i}-{uuid.uuid4().hex[:8]}"
+            led.reserve(Scope("conversation", f"{tag}-{i // 4}"), attempt, Quote, ACCOUNTS[:1], pinned=ACCOUNTS[0].name)
+            led.settle(attempt, Complete(COST, USAGE, MODEL, None))
+
+    for name in ("floor_ledger", "floor_hand"):
+        admin.execute(f"CREATE SCHEMA {name}")
+    url = f"{server.url}?options=-csearch_path%3Dfloor_ledger"
+    warm = Ledger(url)
+    admit(warm, "warmup", 20)
+    warm_pid = pid_of("llm-accounts")
+    with Ledger(f"{server.url}?options=-csearch_path%3Dfloor_hand") as made:  # the same schema, rows to start from
+        admit(made, "made", 1)
+    admin.execute("ALTER TABLE floor_hand.attempt DISABLE TRIGGER USER")
+    hand = psycopg.connect(f"{server.url}?options=-csearch_path%3Dfloor_hand", autocommit=True, application_name="fleet-hand")
+    hand_pid = pid_of("fleet-hand")
+    now = clock.now()
+    month, day = clock.credit_month(now), clock.utc_day(now)
+    hand_written(hand, 20, "warmup", month, day)
+    figures = collections.defaultdict(list)
+    for round_ in range(rounds):
+        before = cpu_of(warm_pid)
+        admit(warm, f"warm{round_}", admissions)
+        figures["warm"].append((cpu_of(warm_pid) - before) / admissions)
+        before = cpu_of(hand_pid)
+        hand_written(hand, admissions, f"hand{round_}", month, day)
+        figures["hand"].append((cpu_of(hand_pid) - before) / admissions)
+        spent = []
+        for i in range(cold):
+            led = Ledger(url)  # connect and open, as a prompt's process does
+            admit(led, f"cold{round_}-{i}", 1)
+            pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'llm-accounts' AND pid <> %s",
+                                (warm_pid,)).fetchone()[0]
+            spent.append(cpu_of(pid))
+            led.close()
+        figures["cold"].append(statistics.mean(spent))
+        spent = []
+        for i in range(cold):
+            raw = psycopg.connect(server.url + "?options=-csearch_path%3Draw", autocommit=True, application_name="fleet-cold-raw")
+            raw.execute("BEGIN")
+            raw.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
+            raw.execute("COMMIT")
+            spent.append(cpu_of(pid_of("fleet-cold-raw")))
+            raw.close()
+        figures["cold raw"].append(statistics.mean(spent))
+    warm.close()
+    hand.close()
+    admin.close()
+    median = {name: statistics.median(values) for name, values in figures.items()}
+    print("| unit | server CPU ms (median of rounds) |")
+    print("|---|---|")
+    for name, label in (("warm", "warm admission (reserve + settle), one connection kept open"),
+                        ("hand", "the same rows written by hand, one message per transaction, no triggers"),
+                        ("cold", "cold process: connect + open + first admission (reserve + settle)"),
+                        ("cold raw", "cold plain connection + one raw commit")):
+        print(f"| {label} | {median[name] * 1000:.3f} |")
+    rows = [("warm admission / hand-written rows", [w / h for w, h in zip(figures["warm"], figures["hand"])], 1.5),
+            ("cold process / warm admission", [c / w for c, w in zip(figures["cold"], figures["warm"])], 3.0)]
+    print("\n| ratio (per round) | median (min, max) | goal | |")
+    print("|---|---|---|---|")
+    for name, ratios, goal in rows:
+        met = statistics.median(ratios) <= goal
+        print(f"| {name} | {ratio_text(ratios)} | <= {goal} | {'met' if met else 'MISSED'} |")
+
+
 def start_postgres(network, rtts, extra_settings):
     sys.path.insert(0, str(ROOT / "tests"))
     import psycopg
     import pgserver
 
-    listen = ("127.0.0.1", NS_HOST) if network else ("127.0.0.1",)
-    hba = (f"host all all {NS_PEER}/32 trust",) if network else ()
+    listen = ("127.0.0.1", network.host) if network else ("127.0.0.1",)
+    hba = (f"host all all {network.peer}/32 trust",) if network else ()
     settings = ["max_connections=300", *extra_settings]
     lib = pathlib.Path(os.path.realpath(os.path.join(pgserver.binaries(), "initdb"))).parent.parent / "lib"
     stats = (lib / "pg_stat_statements.so").exists()
@@ -667,13 +856,13 @@ def start_postgres(network, rtts, extra_settings):
         if relayed:
             ctx = multiprocessing.get_context("spawn")
             ready = ctx.Event()
-            ports = [(free_port(), rtt) for rtt in relayed]
-            pg["relay"] = ctx.Process(target=relay_main, args=(NS_HOST, ports, ("127.0.0.1", server.port), ready), daemon=True)
+            ports = [(free_port(network.host), rtt) for rtt in relayed]
+            pg["relay"] = ctx.Process(target=relay_main, args=(network.host, ports, ("127.0.0.1", server.port), ready), daemon=True)
             pg["relay"].start()
             ready.wait(60)
             relay_port = dict((rtt, port) for port, rtt in ports)
         for rtt in rtts:
-            host, port = (NS_HOST, server.port) if network else ("127.0.0.1", server.port)
+            host, port = (network.host, server.port) if network else ("127.0.0.1", server.port)
             how = " (loopback)" if not network else " (veth)"
             if rtt and network and network.netem:
                 how = f" (veth, netem {rtt / 2:g} ms each way)"
@@ -733,9 +922,9 @@ def pin_server(server, cpus):
             pass
 
 
-def free_port():
+def free_port(host):
     with socket.socket() as s:
-        s.bind((NS_HOST, 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -745,13 +934,18 @@ def main():
                         help="a short run: 2 rounds of 1.5 s, N = 8 and 64, 1 and 50 accounts")
     parser.add_argument("--rounds", type=int, help="rounds per arm (default 3; --quick 2)")
     parser.add_argument("--seconds", type=float, help="seconds per arm (default 3; --quick 1.5)")
-    parser.add_argument("--processes", help="comma-separated N (default 8,32,64; --quick 8,64)")
+    parser.add_argument("--processes", help="comma-separated N (default 8,32,64; --quick 8,64; none: the sequential sections only)")
     parser.add_argument("--accounts", help="comma-separated account counts (default 1,8,50; --quick 1,50)")
     parser.add_argument("--rtt", default="0,1,5", help="simulated round trips in ms for PostgreSQL (default 0,1,5)")
     parser.add_argument("--backends", default="sqlite,postgres", help="sqlite, postgres or both (default)")
     parser.add_argument("--sqlite-processes", help="N for the SQLite arms (default 8)")
     parser.add_argument("--breakdown", type=int, default=300, metavar="ADMISSIONS",
                         help="sequential admissions for the server-CPU breakdown (default 300; 0 skips it)")
+    parser.add_argument("--floors", type=int, default=200, metavar="ADMISSIONS",
+                        help="admissions per round for server CPU against its floors (hand-written rows, a cold "
+                             "process); default 200, 0 skips it")
+    parser.add_argument("--cold", type=int, default=20, metavar="PROCESSES",
+                        help="cold connections per round, one admission each (default 20)")
     parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
                         help="an extra PostgreSQL server setting, e.g. deadlock_timeout=10s (repeatable)")
     parser.add_argument("--dir", help="directory for the SQLite files (default: a new temporary directory)")
@@ -766,7 +960,8 @@ def main():
     quick = args.quick
     args.rounds = args.rounds or (2 if quick else 3)
     args.seconds = args.seconds or (1.5 if quick else 3.0)
-    args.processes = [int(x) for x in (args.processes or ("8,64" if quick else "8,32,64")).split(",")]
+    processes = args.processes or ("8,64" if quick else "8,32,64")
+    args.processes = [] if processes == "none" else [int(x) for x in processes.split(",")]
     args.accounts = [int(x) for x in (args.accounts or ("1,50" if quick else "1,8,50")).split(",")]
     rtts = [float(x) if "." in x else int(x) for x in args.rtt.split(",")]
     backends = set(args.backends.split(","))
@@ -800,6 +995,8 @@ def main():
             if pg is not None and pg["relay"] is not None:
                 os.sched_setaffinity(pg["relay"].pid, client_cpus)
             print(f"clients on CPUs {args.client_cpus}")
+        if pg is not None and args.floors:
+            floors(pg, args.floors, args.rounds, args.cold)
         if pg is not None and args.breakdown:
             breakdown(pg, args.breakdown)
         pools = (set(args.processes) if pg is not None else set()) | (set(sqlite_ns) if "sqlite" in backends else set())

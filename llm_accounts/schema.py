@@ -530,6 +530,16 @@ COLUMNS = [
     ("attempt", "reserved_nusd", "INTEGER"),
 ]
 
+# Indexes over columns that ``COLUMNS`` adds: created after them on every open that migrates.
+INDEXES = """
+-- A budget refusal's open counts (llm_accounts.ledger.admission._open_counts): one credit period's
+-- open attempts of the refused accounts, with what the counts need (covering, state included, so no attempt row is
+-- read). Keyed by credit period, since attempts left open with an unknown outcome pile up in every
+-- period until reconciled (docs/performance.md "Spend views at any length of history").
+CREATE INDEX IF NOT EXISTS attempt_open_period ON attempt
+    (provider, month_utc, account, day_utc, client, outcome, ceiling_nusd, ceiling_tokens, state) WHERE state = 'open';
+"""
+
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
 BACKFILL = {
     "month": """

@@ -23,6 +23,7 @@ first (docs/architecture.md "Selection"):
 
 import dataclasses
 import functools
+import heapq
 
 from . import clock, health
 from .money import usd, usd_exact
@@ -69,6 +70,13 @@ def tied_before_scopes(a, b):
 def order(candidates):
     """Candidates, the one a new conversation binds first."""
     return sorted(candidates, key=functools.cmp_to_key(compare))
+
+
+def first(candidates, n=2):
+    """The first ``n`` of ``order(candidates)``, in order: what a new conversation needs (the one
+    it binds, and the next to see whether they tie), in one pass over the candidates rather than a
+    sort of every declared account."""
+    return heapq.nsmallest(n, candidates, key=functools.cmp_to_key(compare))
 
 
 def fits(spent_nusd, open_nusd, ceiling_nusd, budget_nusd):
@@ -291,11 +299,11 @@ def period_conflict(account, facts, others, now):
     this period cannot start a second one under this name. ``others`` are the ``Facts`` of every
     account the ledger holds."""
     name = account.name
+    if facts.month_row and (facts.budget_nusd, facts.month_key_env) == (account.budget_nusd, account.key_env):
+        return None  # the common case, checked per declared account on every admission: no words needed
     month = clock.credit_month(now)
     ends = when(clock.credit_period(month)[1])
     if facts.month_row:
-        if (facts.budget_nusd, facts.month_key_env) == (account.budget_nusd, account.key_env):
-            return None
         return (
             f"account '{name}' started credit period {month} with budget {money(facts.budget_nusd)} and key_env "
             f"{facts.month_key_env}, which stay fixed until the period ends at {ends}; declare those values until then "

@@ -186,6 +186,7 @@ def test_a_version_2_ledger_gains_the_waiter_table_as_version_3_and_keeps_its_ro
     with raw(pg_url) as conn:
         conn.execute("DROP TABLE waiter")
         conn.execute("UPDATE ledger_meta SET version = 2")
+        conn.execute("COMMENT ON TABLE ledger_meta IS NULL")  # a version-2 build stamps nothing
     with Ledger(pg_url) as ledger:
         ledger.reserve(conv("c2"), "a2", quote(100), [work], now=T0)
     with raw(pg_url) as conn:
@@ -199,6 +200,7 @@ def test_an_unknown_schema_version_is_refused_and_left_as_it_is(pg_url, work=Acc
         ledger.reserve(conv("c1"), "a1", quote(100), [work], now=T0)
     with raw(pg_url) as conn:
         conn.execute("UPDATE ledger_meta SET version = 99")
+        conn.execute("COMMENT ON TABLE ledger_meta IS 'a newer build'")  # its own stamp
     with pytest.raises(AccountsError) as caught:
         Ledger(pg_url)
     assert caught.value.code == "ledger_unavailable" and "schema version 99" in str(caught.value)

@@ -91,14 +91,16 @@ def test_a_settlement_is_one_unlocked_read_then_one_message_that_takes_the_lock_
     assert month(ledger) == totals
 
 
-def test_a_statement_is_prepared_once_per_session_then_executed(ledger, pg_url, messages):
+def test_a_statement_is_sent_inline_once_then_prepared_once_per_session_then_executed(ledger, pg_url, messages):
+    # A process that makes one admission (an llm prompt) never pays for preparing its statements.
     with Ledger(pg_url) as fresh:
         del messages[:]
-        fresh.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)
-        fresh.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)  # the same shape: a new conversation
-    first, second = messages[1], messages[3]
-    assert "PREPARE" in first
-    assert "PREPARE" not in second and "EXECUTE" in second
+        for n in (2, 3, 4):  # the same shape each time: a new conversation
+            fresh.reserve(Scope("conversation", f"c{n}"), f"a{n}", QUOTE, [WORK], now=NOW)
+    first, second, third = messages[1], messages[3], messages[5]
+    assert "PREPARE" not in first and "EXECUTE" not in first and "INSERT INTO attempt" in first
+    assert "PREPARE" in second and "EXECUTE" in second
+    assert "PREPARE" not in third and "EXECUTE" in third
 
 
 def test_a_settlement_overtaken_between_its_read_and_its_write_reads_again(ledger, pg_url, monkeypatch):
@@ -141,6 +143,7 @@ def test_a_session_whose_statements_the_server_lost_sends_its_messages_inline(le
     # What a pooler in transaction mode does (another server connection for each transaction):
     # the statements this session prepared are gone. The message fails whole, is sent again
     # inline, and the session prepares nothing more.
+    ledger.reserve(Scope("conversation", "c1b"), "a1b", QUOTE, [WORK], now=NOW)  # prepared at its second use
     raw = ledger._conn.raw
     for (name,) in raw.execute("SELECT name FROM pg_prepared_statements WHERE name LIKE 'llm\\_accounts\\_%'").fetchall():
         raw.execute(f"DEALLOCATE {name}")
@@ -149,7 +152,7 @@ def test_a_session_whose_statements_the_server_lost_sends_its_messages_inline(le
     assert "EXECUTE" in messages[1] and "EXECUTE" not in messages[-1]  # refused, then sent inline
     ledger.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)
     assert not any("EXECUTE" in m or "PREPARE" in m for m in messages[-2:])
-    assert month(ledger) == (0, 3_000_000)
+    assert month(ledger) == (0, 4_000_000)
 
 
 def test_a_block_decided_then_overtaken_is_logged_only_by_the_settlement_that_wrote_it(ledger, pg_url, monkeypatch, caplog):
@@ -177,3 +180,33 @@ def test_a_block_decided_then_overtaken_is_logged_only_by_the_settlement_that_wr
     assert overtaken == [True, "settled"]
     assert [r.getMessage() for r in caplog.records].count(
         "attempt cost exceeded its ceiling; account work blocked (ceiling_exceeded)") == 1
+
+
+def test_opening_a_ledger_whose_schema_is_current_reads_one_stamp_in_one_message(ledger, pg_url, messages):
+    # A prompt's process opens the ledger for one admission: the open checks the stamp this build's
+    # schema left, not every table, column and index (docs/performance.md "Fleet").
+    del messages[:]
+    with Ledger(pg_url):
+        assert len(messages) == 1 and "ledger_meta" in messages[0]
+        assert not any("information_schema" in m or "pg_indexes" in m for m in messages)
+
+
+def test_a_settlement_writes_each_totals_row_once(ledger):
+    # The totals trigger moves the attempt's ceiling into its cost with one update of each row it
+    # is counted in; only month_outcome, keyed by state, gives up one row and gains another.
+    raw = ledger._conn.raw
+    counts = ("SELECT relname, n_tup_ins, n_tup_upd FROM pg_stat_xact_user_tables WHERE relname IN "
+              "('day', 'month_outcome', 'month_model', 'month_conversation', 'month_conversation_total')")
+    raw.execute("BEGIN")
+    try:
+        # This session's counts not yet reported include earlier transactions': the difference is the update's.
+        before = {name: (ins, upd) for name, ins, upd in raw.execute(counts).fetchall()}
+        raw.execute("UPDATE attempt SET state = 'settled', outcome = 'complete', cost_nusd = 5, http_status = 200 "
+                    "WHERE id = 'a1'")
+        after = {name: (ins, upd) for name, ins, upd in raw.execute(counts).fetchall()}
+    finally:
+        raw.execute("ROLLBACK")
+    written = {name: (ins - before.get(name, (0, 0))[0], upd - before.get(name, (0, 0))[1])
+               for name, (ins, upd) in after.items()}
+    assert written == {"day": (0, 1), "month_outcome": (1, 1), "month_model": (0, 1),
+                       "month_conversation": (0, 1), "month_conversation_total": (0, 1)}

@@ -167,32 +167,44 @@ def bound_verdict(conn, scope, name, pinned, declared, facts, quote, day, now, c
 def account_verdict(conn, provider, account, facts, quote, day, now, client=None, older=()):
     """Read what ``selection.verdict`` needs beyond ``facts`` (today's totals with a daily
     budget, the client's totals with a cap, what ``older`` waiters are owed here) and ask it.
-    Admission and ``ladder`` both come here."""
-    f = facts.get(account.name) or selection.Facts(name=account.name)
-    day_totals = (0, 0)
-    if getattr(account, "daily_budget_nusd", None) is not None:
-        day_totals = reads.day_totals(conn, provider, f, day)
-    totals = (0, 0, 0, 0)
-    if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
-        totals = tuple(reads.client_totals(conn, provider, account.name, clock.credit_month(now), client))
-    budget = f.budget_nusd or account.budget_nusd
+    Admission and ``ladder`` both come here (``verdicts`` for several accounts)."""
+    return verdicts(conn, provider, [account], facts, quote, day, now, client, older)[0]
 
-    def ask(f, counts=None):
-        return selection.verdict(
-            account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
-            others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
-            ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
-            ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
-            open_counts=counts,
-        )
 
-    verdict = ask(f)
-    if verdict.limit is not None and verdict.limit.open:
-        # A budget refusal names how many attempts hold the open ceilings and which of them are
-        # left open with an unknown outcome (no longer in flight, so not waited for): counted
-        # here, on the refusal's path only, so an admission reads no attempt rows.
-        verdict = ask(f, _open_counts(conn, provider, account.name, clock.credit_month(now), day, client))
-    return verdict
+def verdicts(conn, provider, accounts, facts, quote, day, now, client=None, older=()):
+    """``account_verdict`` of each of ``accounts``, in order. A budget refusal names how many
+    attempts hold the open ceilings and which of them are left open with an unknown outcome (no
+    longer in flight, so not waited for): counted for every refused account at once, in one read
+    of the credit period's open attempts (``_open_counts``), on the refusals' path only, so an
+    admission that fits reads no attempt rows (docs/performance.md "Spend views at any length of
+    history")."""
+    month = clock.credit_month(now)
+    asked = []
+    for account in accounts:
+        f = facts.get(account.name) or selection.Facts(name=account.name)
+        day_totals = (0, 0)
+        if getattr(account, "daily_budget_nusd", None) is not None:
+            day_totals = reads.day_totals(conn, provider, f, day)
+        totals = (0, 0, 0, 0)
+        if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
+            totals = tuple(reads.client_totals(conn, provider, account.name, month, client))
+        budget = f.budget_nusd or account.budget_nusd
+
+        def ask(counts=None, account=account, f=f, day_totals=day_totals, totals=totals, budget=budget):
+            return selection.verdict(
+                account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
+                others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
+                ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
+                ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
+                open_counts=counts,
+            )
+
+        asked.append((ask, ask()))
+    refused = [v.account.name for _, v in asked if v.limit is not None and v.limit.open]
+    if not refused:
+        return [v for _, v in asked]
+    counts = _open_counts(conn, provider, refused, month, day, client)
+    return [ask(counts[v.account.name]) if v.account.name in counts else v for ask, v in asked]
 
 
 def select(conn, provider, declared, facts, quote, day, now, client=None, older=()):
@@ -200,17 +212,15 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
     the refusal carries the room held in flight on every account that would hold the attempt
     once its attempts in flight settled: a new conversation waits only when no account has room
     (docs/architecture.md "Waiting for room")."""
-    verdicts = [
-        account_verdict(conn, provider, account, facts, quote, day, now, client, older) for account in declared.values()
-    ]
-    fit = [v for v in verdicts if not v.code]
+    found = verdicts(conn, provider, list(declared.values()), facts, quote, day, now, client, older)
+    fit = [v for v in found if not v.code]
     if not fit:
-        codes = {v.code for v in verdicts}
-        reasons = "; ".join(v.message for v in verdicts) or "no untried account is declared"
+        codes = {v.code for v in found}
+        reasons = "; ".join(v.message for v in found) or "no untried account is declared"
         code = next(
             (c for c in ("budget_exhausted", "account_config_conflict") if c in codes), "no_account_available"
         )
-        held = [_held(v) for v in verdicts if v.held]
+        held = [_held(v) for v in found if v.held]
         raise AccountsError(
             "budget_exhausted" if held else code, f"no account can take a new conversation: {reasons}", held=held
         )
@@ -224,14 +234,15 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
             if expires is not None and expires > now:
                 warm.add(row["account"])
     by_name = {v.account.name: v for v in fit}
-    candidates = selection.order(
+    every = [
         selection.candidate(
             v,
             warm=v.account.name in warm
             and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
         )
         for v in fit
-    )
+    ]
+    candidates = selection.first(every)
     if len(candidates) > 1 and selection.tied_before_scopes(candidates[0], candidates[1]):
         # Only a tie needs the count of conversations in flight, so only a tie reads it.
         scopes = dict(
@@ -241,8 +252,10 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
                 (provider,),
             ).fetchall()
         )
-        candidates = selection.order(
-            dataclasses.replace(c, open_scopes=scopes.get(c.name, 0)) for c in candidates
+        # Only those tied with the first can come first once the scope count breaks the tie.
+        candidates = selection.first(
+            dataclasses.replace(c, open_scopes=scopes.get(c.name, 0))
+            for c in every if selection.tied_before_scopes(c, candidates[0])
         )
     chosen = by_name[candidates[0].name]
     if cert is not None and package.WARM_AFFINITY:
@@ -294,20 +307,26 @@ def _queue(conn, provider, waiter, own, account, quote, now):
     )
 
 
-# One account's open attempts, read through the attempt_open_account index (schema.py).
-OPEN_COUNTS_SQL = """SELECT day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
+# The open attempts of some accounts in one credit period, read through the attempt_open_period
+# index (schema.py): keyed by credit period, so attempts left open in earlier periods are never
+# visited, and covering, so no attempt row is read. ``{names}`` is one ``?`` per account.
+OPEN_COUNTS_SQL = """SELECT account, day_utc = ? AS today, client = ? AS mine, outcome IS NOT NULL AS unknown, COUNT(*),
                   COALESCE(SUM(ceiling_nusd), 0), COALESCE(SUM(ceiling_tokens), 0)
-           FROM attempt WHERE state = 'open' AND provider = ? AND account = ? AND month_utc = ?
-           GROUP BY 1, 2, 3"""
+           FROM attempt WHERE state = 'open' AND provider = ? AND month_utc = ? AND account IN ({names})
+           GROUP BY 1, 2, 3, 4"""
 
 
-def _open_counts(conn, provider, name, month, day, client):
-    """``selection.OpenCount`` per limit of account ``name``: its open attempts this period, today,
-    and ``client``'s, with those left open with an unknown outcome (a recorded outcome: no longer
-    in flight) and their ceilings (docs/architecture.md "Waiting for room")."""
-    counts = {"budget": [0, 0, 0], "daily budget": [0, 0, 0], "cap": [0, 0, 0], "token cap": [0, 0, 0]}
-    for row in conn.execute(OPEN_COUNTS_SQL, (day, client, provider, name, month)):
-        today, mine, unknown, n, nusd, tokens = row[0], row[1], row[2], row[3], row[4], row[5]
+def _open_counts(conn, provider, names, month, day, client):
+    """``{name: {limit noun: selection.OpenCount}}`` for each account of ``names``: its open
+    attempts this period, today, and ``client``'s, with those left open with an unknown outcome (a
+    recorded outcome: no longer in flight) and their ceilings (docs/architecture.md "Waiting for
+    room"). One statement for every account."""
+    found = {name: {"budget": [0, 0, 0], "daily budget": [0, 0, 0], "cap": [0, 0, 0], "token cap": [0, 0, 0]}
+             for name in names}
+    sql = OPEN_COUNTS_SQL.format(names=", ".join("?" * len(names)))
+    for row in conn.execute(sql, (day, client, provider, month, *names)):
+        counts = found[row[0]]
+        today, mine, unknown, n, nusd, tokens = row[1], row[2], row[3], row[4], row[5], row[6]
         for noun, applies, amount in (
             ("budget", True, nusd), ("daily budget", today, nusd), ("cap", mine, nusd), ("token cap", mine, tokens),
         ):
@@ -316,7 +335,7 @@ def _open_counts(conn, provider, name, month, day, client):
                 if unknown:
                     counts[noun][1] += n
                     counts[noun][2] += amount
-    return {noun: selection.OpenCount(*values) for noun, values in counts.items()}
+    return {name: {noun: selection.OpenCount(*values) for noun, values in counts.items()} for name, counts in found.items()}
 
 
 def _held(verdict):

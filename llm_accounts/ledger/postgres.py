@@ -201,6 +201,7 @@ class Connection:
         self._shared = None  # the ledger's shared lock, held back to go with the first lock taken
         self._statements = {}  # (query, parameter types) -> the name this session prepared it as
         self._named = 0
+        self._seen = set()  # statement keys sent once, unprepared (``_prepared``)
         self._transformer = Transformer(raw)
 
     def execute(self, sql, params=()):
@@ -257,10 +258,11 @@ class Connection:
         An error in any of them raises here, and the transaction is left for ``rollback``.
 
         In the first message of a write transaction (``hold_from(write=True)``), a statement with
-        parameters runs as ``EXECUTE`` of a statement this session prepared (``PREPARE`` goes
-        ahead of its first use), so the server plans it once per session as psycopg's own
-        prepared statements do, rather than parsing and planning the whole text each time; its
-        parameters get the types psycopg would send (``_prepared``). Where the server no longer
+        parameters that this session sent before runs as ``EXECUTE`` of a statement it prepared
+        (``PREPARE`` goes ahead of its second use), so the server parses it once per session as
+        psycopg's own prepared statements do, rather than the whole text each time, while a
+        process that sends it once (one admission) never pays for preparing it; its parameters
+        get the types psycopg would send (``_prepared``). Where the server no longer
         has them (a pooler such as PgBouncer in transaction mode hands each transaction another
         server connection), the message failed whole, so it is sent again inline, and this
         session prepares nothing more."""
@@ -332,6 +334,12 @@ class Connection:
         name = self._statements.get(key) or preparing.get(key)
         if name is not None:
             return name, None
+        if key not in self._seen and len(self._seen) < SEEN_LIMIT:
+            # Prepared the second time this session sends it: a process that makes one admission
+            # (an ``llm`` prompt) sends its statements once, and preparing them would cost the
+            # server more than it saves (docs/performance.md "Fleet").
+            self._seen.add(key)
+            return None, None
         self._named += 1
         name = f"llm_accounts_{self._token}_{self._named}"
         return name, f"PREPARE {name} ({', '.join(types)}) AS {text}"
@@ -362,6 +370,7 @@ class Connection:
 # A session prepares at most this many statements; past it, new ones are sent inline. The write
 # path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
 PREPARED_LIMIT = 256
+SEEN_LIMIT = 4096  # statements remembered as sent once; past it, the next new one is prepared at once
 # invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
 # the session prepared (a pooler handing it another server connection); feature_not_supported:
 # "cached plan must not change result type", a statement over ``SELECT *`` prepared before
@@ -442,118 +451,161 @@ def _table_statements():
 
 TOTALS_TRIGGERS = """
 CREATE OR REPLACE FUNCTION llm_accounts_attempt_totals() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    old_cost bigint; new_cost bigint; old_open bigint; new_open bigint;
+    old_tokens bigint; new_tokens bigint; old_open_tokens bigint; new_open_tokens bigint;
 BEGIN
-    -- What schema.py's attempt_totals_* triggers do: an attempt's old contribution leaves the
-    -- day and month_outcome rows, its new one joins them.
-    IF TG_OP <> 'INSERT' THEN
-        UPDATE day SET attempts = day.attempts - 1, settled_nusd = day.settled_nusd - COALESCE(OLD.cost_nusd, 0),
-            open_nusd = day.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+    -- What schema.py's attempt_totals_*, attempt_client_*, attempt_model_* and
+    -- attempt_conversation_* triggers do, in one function so a changed attempt calls one. An
+    -- attempt's provider, account, month, day, client, model and scope never change, so an update
+    -- writes each totals row it is counted in once, and only where its figures moved; a
+    -- month_outcome row is keyed by state and outcome too, so a settlement moves the attempt from
+    -- one such row to another (docs/performance.md "Fleet").
+    IF TG_OP = 'DELETE' THEN
+        old_cost := COALESCE(OLD.cost_nusd, 0);
+        old_open := CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END;
+        UPDATE day SET attempts = day.attempts - 1, settled_nusd = day.settled_nusd - old_cost,
+            open_nusd = day.open_nusd - old_open
         WHERE day.day_utc = OLD.day_utc AND day.provider = OLD.provider AND day.account = OLD.account;
-        UPDATE month_outcome SET attempts = month_outcome.attempts - 1,
-            cost_nusd = month_outcome.cost_nusd - COALESCE(OLD.cost_nusd, 0),
-            open_nusd = month_outcome.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        UPDATE month_outcome SET attempts = month_outcome.attempts - 1, cost_nusd = month_outcome.cost_nusd - old_cost,
+            open_nusd = month_outcome.open_nusd - old_open
         WHERE month_outcome.month_utc = OLD.month_utc AND month_outcome.provider = OLD.provider
             AND month_outcome.account = OLD.account AND month_outcome.state = OLD.state
             AND month_outcome.outcome = COALESCE(OLD.outcome, '')
             AND month_outcome.provider_error_type = COALESCE(OLD.provider_error_type, '')
             AND month_outcome.rejection_class = COALESCE(OLD.rejection_class, '')
             AND month_outcome.http_status = COALESCE(OLD.http_status, 0);
-    END IF;
-    IF TG_OP = 'DELETE' THEN
-        RETURN OLD;
-    END IF;
-    INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
-    VALUES (NEW.day_utc, NEW.provider, NEW.account, 1, COALESCE(NEW.cost_nusd, 0),
-            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
-    ON CONFLICT (day_utc, provider, account) DO UPDATE SET attempts = day.attempts + 1,
-        settled_nusd = day.settled_nusd + excluded.settled_nusd, open_nusd = day.open_nusd + excluded.open_nusd;
-    INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
-        http_status, attempts, cost_nusd, open_nusd, last_at)
-    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
-            COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
-            1, COALESCE(NEW.cost_nusd, 0), CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
-            COALESCE(NEW.settled_at, NEW.created_at))
-    ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
-    DO UPDATE SET attempts = month_outcome.attempts + 1, cost_nusd = month_outcome.cost_nusd + excluded.cost_nusd,
-        open_nusd = month_outcome.open_nusd + excluded.open_nusd,
-        last_at = GREATEST(month_outcome.last_at, excluded.last_at);
-    RETURN NEW;
-END $$;
-
-CREATE OR REPLACE FUNCTION llm_accounts_attempt_client() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    -- What schema.py's attempt_client_* triggers do, for attempts with a client label.
-    IF TG_OP <> 'INSERT' AND OLD.client IS NOT NULL THEN
-        UPDATE month_client SET attempts = month_client.attempts - 1,
-            settled_nusd = month_client.settled_nusd - COALESCE(OLD.cost_nusd, 0),
-            open_nusd = month_client.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END,
-            tokens = month_client.tokens - CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END,
-            open_tokens = month_client.open_tokens
-                - CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END
-        WHERE month_client.month_utc = OLD.month_utc AND month_client.provider = OLD.provider
-            AND month_client.account = OLD.account AND month_client.client = OLD.client;
-    END IF;
-    IF TG_OP = 'DELETE' THEN
-        RETURN OLD;
-    END IF;
-    IF NEW.client IS NOT NULL THEN
-        INSERT INTO month_client (month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens,
-            open_tokens)
-        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.client, 1, COALESCE(NEW.cost_nusd, 0),
-                CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END,
-                CASE WHEN NEW.state = 'settled' THEN COALESCE(NEW.tokens, 0) ELSE 0 END,
-                CASE WHEN NEW.state = 'open' THEN COALESCE(NEW.ceiling_tokens, 0) ELSE 0 END)
-        ON CONFLICT (month_utc, provider, account, client) DO UPDATE SET attempts = month_client.attempts + 1,
-            settled_nusd = month_client.settled_nusd + excluded.settled_nusd,
-            open_nusd = month_client.open_nusd + excluded.open_nusd, tokens = month_client.tokens + excluded.tokens,
-            open_tokens = month_client.open_tokens + excluded.open_tokens;
-    END IF;
-    RETURN NEW;
-END $$;
-
-CREATE OR REPLACE FUNCTION llm_accounts_attempt_model() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    -- What schema.py's attempt_model_* triggers do.
-    IF TG_OP <> 'INSERT' THEN
-        UPDATE month_model SET attempts = month_model.attempts - 1,
-            settled_nusd = month_model.settled_nusd - COALESCE(OLD.cost_nusd, 0),
-            open_nusd = month_model.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
+        IF OLD.client IS NOT NULL THEN
+            UPDATE month_client SET attempts = month_client.attempts - 1,
+                settled_nusd = month_client.settled_nusd - old_cost, open_nusd = month_client.open_nusd - old_open,
+                tokens = month_client.tokens - CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END,
+                open_tokens = month_client.open_tokens
+                    - CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END
+            WHERE month_client.month_utc = OLD.month_utc AND month_client.provider = OLD.provider
+                AND month_client.account = OLD.account AND month_client.client = OLD.client;
+        END IF;
+        UPDATE month_model SET attempts = month_model.attempts - 1, settled_nusd = month_model.settled_nusd - old_cost,
+            open_nusd = month_model.open_nusd - old_open
         WHERE month_model.month_utc = OLD.month_utc AND month_model.provider = OLD.provider
             AND month_model.account = OLD.account AND month_model.model = OLD.requested_model;
-    END IF;
-    IF TG_OP = 'DELETE' THEN
+        IF OLD.scope_kind = 'conversation' THEN
+            UPDATE month_conversation SET attempts = month_conversation.attempts - 1,
+                settled_nusd = month_conversation.settled_nusd - old_cost,
+                open_nusd = month_conversation.open_nusd - old_open
+            WHERE month_conversation.month_utc = OLD.month_utc AND month_conversation.provider = OLD.provider
+                AND month_conversation.account = OLD.account AND month_conversation.conversation = OLD.scope_id;
+        END IF;
         RETURN OLD;
     END IF;
-    INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
-    VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.requested_model, 1, COALESCE(NEW.cost_nusd, 0),
-            CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
-    ON CONFLICT (month_utc, provider, account, model) DO UPDATE SET attempts = month_model.attempts + 1,
-        settled_nusd = month_model.settled_nusd + excluded.settled_nusd,
-        open_nusd = month_model.open_nusd + excluded.open_nusd;
-    RETURN NEW;
-END $$;
-
-CREATE OR REPLACE FUNCTION llm_accounts_attempt_conversation() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    -- What schema.py's attempt_conversation_* triggers do, for conversations' attempts.
-    IF TG_OP <> 'INSERT' AND OLD.scope_kind = 'conversation' THEN
-        UPDATE month_conversation SET attempts = month_conversation.attempts - 1,
-            settled_nusd = month_conversation.settled_nusd - COALESCE(OLD.cost_nusd, 0),
-            open_nusd = month_conversation.open_nusd - CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END
-        WHERE month_conversation.month_utc = OLD.month_utc AND month_conversation.provider = OLD.provider
-            AND month_conversation.account = OLD.account AND month_conversation.conversation = OLD.scope_id;
+    new_cost := COALESCE(NEW.cost_nusd, 0);
+    new_open := CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END;
+    new_tokens := CASE WHEN NEW.state = 'settled' THEN COALESCE(NEW.tokens, 0) ELSE 0 END;
+    new_open_tokens := CASE WHEN NEW.state = 'open' THEN COALESCE(NEW.ceiling_tokens, 0) ELSE 0 END;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO day (day_utc, provider, account, attempts, settled_nusd, open_nusd)
+        VALUES (NEW.day_utc, NEW.provider, NEW.account, 1, new_cost, new_open)
+        ON CONFLICT (day_utc, provider, account) DO UPDATE SET attempts = day.attempts + 1,
+            settled_nusd = day.settled_nusd + excluded.settled_nusd, open_nusd = day.open_nusd + excluded.open_nusd;
+        INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+            http_status, attempts, cost_nusd, open_nusd, last_at)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
+                COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
+                1, new_cost, new_open, COALESCE(NEW.settled_at, NEW.created_at))
+        ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+        DO UPDATE SET attempts = month_outcome.attempts + 1, cost_nusd = month_outcome.cost_nusd + excluded.cost_nusd,
+            open_nusd = month_outcome.open_nusd + excluded.open_nusd,
+            last_at = GREATEST(month_outcome.last_at, excluded.last_at);
+        IF NEW.client IS NOT NULL THEN
+            INSERT INTO month_client (month_utc, provider, account, client, attempts, settled_nusd, open_nusd, tokens,
+                open_tokens)
+            VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.client, 1, new_cost, new_open, new_tokens,
+                    new_open_tokens)
+            ON CONFLICT (month_utc, provider, account, client) DO UPDATE SET attempts = month_client.attempts + 1,
+                settled_nusd = month_client.settled_nusd + excluded.settled_nusd,
+                open_nusd = month_client.open_nusd + excluded.open_nusd, tokens = month_client.tokens + excluded.tokens,
+                open_tokens = month_client.open_tokens + excluded.open_tokens;
+        END IF;
+        INSERT INTO month_model (month_utc, provider, account, model, attempts, settled_nusd, open_nusd)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.requested_model, 1, new_cost, new_open)
+        ON CONFLICT (month_utc, provider, account, model) DO UPDATE SET attempts = month_model.attempts + 1,
+            settled_nusd = month_model.settled_nusd + excluded.settled_nusd,
+            open_nusd = month_model.open_nusd + excluded.open_nusd;
+        IF NEW.scope_kind = 'conversation' THEN
+            INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
+            VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.scope_id, 1, new_cost, new_open)
+            ON CONFLICT (month_utc, provider, account, conversation) DO UPDATE SET
+                attempts = month_conversation.attempts + 1,
+                settled_nusd = month_conversation.settled_nusd + excluded.settled_nusd,
+                open_nusd = month_conversation.open_nusd + excluded.open_nusd;
+        END IF;
+        RETURN NEW;
     END IF;
-    IF TG_OP = 'DELETE' THEN
-        RETURN OLD;
+    -- An update: the same rows, each changed once by the difference.
+    old_cost := COALESCE(OLD.cost_nusd, 0);
+    old_open := CASE WHEN OLD.state = 'open' THEN OLD.ceiling_nusd ELSE 0 END;
+    old_tokens := CASE WHEN OLD.state = 'settled' THEN COALESCE(OLD.tokens, 0) ELSE 0 END;
+    old_open_tokens := CASE WHEN OLD.state = 'open' THEN COALESCE(OLD.ceiling_tokens, 0) ELSE 0 END;
+    IF (OLD.state, COALESCE(OLD.outcome, ''), COALESCE(OLD.provider_error_type, ''), COALESCE(OLD.rejection_class, ''),
+        COALESCE(OLD.http_status, 0)) = (NEW.state, COALESCE(NEW.outcome, ''), COALESCE(NEW.provider_error_type, ''),
+        COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0)) THEN
+        UPDATE month_outcome SET cost_nusd = month_outcome.cost_nusd - old_cost + new_cost,
+            open_nusd = month_outcome.open_nusd - old_open + new_open,
+            last_at = GREATEST(month_outcome.last_at, COALESCE(NEW.settled_at, NEW.created_at))
+        WHERE month_outcome.month_utc = NEW.month_utc AND month_outcome.provider = NEW.provider
+            AND month_outcome.account = NEW.account AND month_outcome.state = NEW.state
+            AND month_outcome.outcome = COALESCE(NEW.outcome, '')
+            AND month_outcome.provider_error_type = COALESCE(NEW.provider_error_type, '')
+            AND month_outcome.rejection_class = COALESCE(NEW.rejection_class, '')
+            AND month_outcome.http_status = COALESCE(NEW.http_status, 0);
+    ELSE
+        UPDATE month_outcome SET attempts = month_outcome.attempts - 1, cost_nusd = month_outcome.cost_nusd - old_cost,
+            open_nusd = month_outcome.open_nusd - old_open
+        WHERE month_outcome.month_utc = OLD.month_utc AND month_outcome.provider = OLD.provider
+            AND month_outcome.account = OLD.account AND month_outcome.state = OLD.state
+            AND month_outcome.outcome = COALESCE(OLD.outcome, '')
+            AND month_outcome.provider_error_type = COALESCE(OLD.provider_error_type, '')
+            AND month_outcome.rejection_class = COALESCE(OLD.rejection_class, '')
+            AND month_outcome.http_status = COALESCE(OLD.http_status, 0);
+        INSERT INTO month_outcome (month_utc, provider, account, state, outcome, provider_error_type, rejection_class,
+            http_status, attempts, cost_nusd, open_nusd, last_at)
+        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.state, COALESCE(NEW.outcome, ''),
+                COALESCE(NEW.provider_error_type, ''), COALESCE(NEW.rejection_class, ''), COALESCE(NEW.http_status, 0),
+                1, new_cost, new_open, COALESCE(NEW.settled_at, NEW.created_at))
+        ON CONFLICT (month_utc, provider, account, state, outcome, provider_error_type, rejection_class, http_status)
+        DO UPDATE SET attempts = month_outcome.attempts + 1, cost_nusd = month_outcome.cost_nusd + excluded.cost_nusd,
+            open_nusd = month_outcome.open_nusd + excluded.open_nusd,
+            last_at = GREATEST(month_outcome.last_at, excluded.last_at);
     END IF;
+    IF (old_cost, old_open) = (new_cost, new_open) THEN
+        -- No money moved (an outcome recorded on an attempt left open): nor did the other totals,
+        -- unless its tokens did.
+        IF NEW.client IS NOT NULL AND (old_tokens, old_open_tokens) <> (new_tokens, new_open_tokens) THEN
+            UPDATE month_client SET tokens = month_client.tokens - old_tokens + new_tokens,
+                open_tokens = month_client.open_tokens - old_open_tokens + new_open_tokens
+            WHERE month_client.month_utc = NEW.month_utc AND month_client.provider = NEW.provider
+                AND month_client.account = NEW.account AND month_client.client = NEW.client;
+        END IF;
+        RETURN NEW;
+    END IF;
+    UPDATE day SET settled_nusd = day.settled_nusd - old_cost + new_cost, open_nusd = day.open_nusd - old_open + new_open
+    WHERE day.day_utc = NEW.day_utc AND day.provider = NEW.provider AND day.account = NEW.account;
+    IF NEW.client IS NOT NULL THEN
+        UPDATE month_client SET settled_nusd = month_client.settled_nusd - old_cost + new_cost,
+            open_nusd = month_client.open_nusd - old_open + new_open,
+            tokens = month_client.tokens - old_tokens + new_tokens,
+            open_tokens = month_client.open_tokens - old_open_tokens + new_open_tokens
+        WHERE month_client.month_utc = NEW.month_utc AND month_client.provider = NEW.provider
+            AND month_client.account = NEW.account AND month_client.client = NEW.client;
+    END IF;
+    UPDATE month_model SET settled_nusd = month_model.settled_nusd - old_cost + new_cost,
+        open_nusd = month_model.open_nusd - old_open + new_open
+    WHERE month_model.month_utc = NEW.month_utc AND month_model.provider = NEW.provider
+        AND month_model.account = NEW.account AND month_model.model = NEW.requested_model;
     IF NEW.scope_kind = 'conversation' THEN
-        INSERT INTO month_conversation (month_utc, provider, account, conversation, attempts, settled_nusd, open_nusd)
-        VALUES (NEW.month_utc, NEW.provider, NEW.account, NEW.scope_id, 1, COALESCE(NEW.cost_nusd, 0),
-                CASE WHEN NEW.state = 'open' THEN NEW.ceiling_nusd ELSE 0 END)
-        ON CONFLICT (month_utc, provider, account, conversation) DO UPDATE SET
-            attempts = month_conversation.attempts + 1,
-            settled_nusd = month_conversation.settled_nusd + excluded.settled_nusd,
-            open_nusd = month_conversation.open_nusd + excluded.open_nusd;
+        UPDATE month_conversation SET settled_nusd = month_conversation.settled_nusd - old_cost + new_cost,
+            open_nusd = month_conversation.open_nusd - old_open + new_open
+        WHERE month_conversation.month_utc = NEW.month_utc AND month_conversation.provider = NEW.provider
+            AND month_conversation.account = NEW.account AND month_conversation.conversation = NEW.scope_id;
     END IF;
     RETURN NEW;
 END $$;
@@ -586,18 +638,12 @@ END $$;
 
 DROP TRIGGER IF EXISTS attempt_totals ON attempt;
 CREATE TRIGGER attempt_totals AFTER INSERT OR DELETE OR UPDATE OF state, outcome, provider_error_type,
-    rejection_class, http_status, cost_nusd, ceiling_nusd ON attempt
+    rejection_class, http_status, cost_nusd, ceiling_nusd, tokens, ceiling_tokens ON attempt
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_totals();
+-- An earlier build's separate triggers, now in llm_accounts_attempt_totals.
 DROP TRIGGER IF EXISTS attempt_client ON attempt;
-CREATE TRIGGER attempt_client AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd, tokens,
-    ceiling_tokens ON attempt
-    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_client();
 DROP TRIGGER IF EXISTS attempt_model ON attempt;
-CREATE TRIGGER attempt_model AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
-    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_model();
 DROP TRIGGER IF EXISTS attempt_conversation ON attempt;
-CREATE TRIGGER attempt_conversation AFTER INSERT OR DELETE OR UPDATE OF state, cost_nusd, ceiling_nusd ON attempt
-    FOR EACH ROW EXECUTE FUNCTION llm_accounts_attempt_conversation();
 DROP TRIGGER IF EXISTS month_conversation_total ON month_conversation;
 CREATE TRIGGER month_conversation_total AFTER INSERT OR UPDATE OR DELETE ON month_conversation
     FOR EACH ROW EXECUTE FUNCTION llm_accounts_month_conversation_total();
@@ -614,11 +660,26 @@ CREATE TABLE IF NOT EXISTS {META_TABLE} (
 """
 
 
+_stamp = []
+
+
+def schema_stamp():
+    """The stamp of this build's schema: its version and a digest of every statement that creates
+    it, kept as the comment of ``ledger_meta`` once an open made the schema this. A build that
+    changes a table, column, index or trigger has another stamp, so its first open checks and
+    migrates the ledger as before."""
+    if not _stamp:
+        digest = hashlib.sha256("\n".join(create_statements()).encode()).hexdigest()[:32]
+        _stamp.append(f"llm-accounts ledger schema {schema.VERSION} {digest}")
+    return _stamp[0]
+
+
 def create_statements():
     """The whole PostgreSQL schema, in order (every statement idempotent)."""
     yield from _table_statements()
     for table, column, declaration in schema.COLUMNS:
         yield f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {_pg_type(declaration)}"
+    yield from schema.statements(re.sub(r"--[^\n]*", "", schema.INDEXES))
     yield EXTRA
     yield TOTALS_TRIGGERS
 
@@ -760,20 +821,29 @@ class PostgresBackend:
 
     def _prepare(self, conn, timeout):
         raw = conn.raw
-        # One exchange: the schema's name (no lock to wait for; psycopg keeps the first result), then
-        # the session's bounds for every statement after it.
-        schema_name = raw.execute(f"SELECT current_schema(); {_bounds(timeout, timeout)}").fetchone()[0]
+        # One exchange: the schema's name and its ledger's stamp (no lock to wait for; psycopg keeps
+        # the first result), then the session's bounds for every statement after it.
+        schema_name, stamp = raw.execute(
+            f"SELECT current_schema(), obj_description(to_regclass(quote_ident(current_schema()) || '.{META_TABLE}'), "
+            f"'pg_class'); {_bounds(timeout, timeout)}; {GENERIC_PLANS}"
+        ).fetchone()
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
         lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
         self._ledger_key = lock_key(schema_name)
         self._space = lock_space(schema_name)
+        # A ledger this build's schema made or brought up to date says so in one stamp, so opening
+        # it reads nothing else (docs/performance.md "Fleet": a process that makes one admission
+        # pays for its open too). Any other is checked table by table.
+        if stamp == schema_stamp():
+            return
         # Writers share the ledger's lock and serialize per account (``lock_account``); opening
         # (creating or migrating the schema) takes it alone, so no write runs meanwhile, and nor
         # does a write of an older build, which takes it alone too (docs/architecture.md "Ledger
         # on PostgreSQL").
         if self._check(raw):
+            self._stamp(raw)
             return
         raw.execute(f"BEGIN; {lock_timeout}; SELECT pg_advisory_xact_lock({self._ledger_key})")
         try:
@@ -794,10 +864,21 @@ class PostgresBackend:
                     f"INSERT INTO {META_TABLE} (version) VALUES (%s) ON CONFLICT (one) DO UPDATE SET version = excluded.version",
                     (schema.VERSION,),
                 )
+                raw.execute(f"COMMENT ON TABLE {META_TABLE} IS '{schema_stamp()}'")
             raw.execute("COMMIT")
         except BaseException:
             self.rollback(conn)
             raise
+
+    def _stamp(self, raw):
+        """Stamp a ledger found complete (made by an earlier build with the same schema), so the
+        next open reads the stamp alone; a role that may not comment on the table opens it as
+        before, checked table by table."""
+        try:
+            raw.execute(f"COMMENT ON TABLE {META_TABLE} IS '{schema_stamp()}'")
+        except psycopg.Error as error:
+            if getattr(error, "sqlstate", None) not in ("42501", *BUSY_SQLSTATES):
+                raise
 
     def _check(self, raw, creating=False):
         """True when the schema holds a complete ledger of this version; raises for anything that
@@ -883,6 +964,14 @@ class PostgresBackend:
         return sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout)
 
 
+# The session plans a prepared statement (the write path's, from its second use; psycopg's reads;
+# the totals trigger's) once, with its parameters as parameters: every one of them finds rows by
+# key, where a plan made for the values at hand is no better, and planning again for each of the
+# first five executions was half of an admission's server CPU in a new session (docs/performance.md
+# "Fleet"). A statement sent inline (a report, a process's first admission) is planned as before.
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+
 def _bounds(lock_s, statement_s, local=False):
     """``SET`` statements bounding lock waits and statement time (docs/architecture.md "Ledger on
     PostgreSQL"): past either, PostgreSQL cancels the statement (55P03, 57014: ``ledger_busy``)."""
@@ -895,7 +984,7 @@ TOTALS_TABLES = ("day", "month_outcome", "month_client", "month_model", "month_c
 BACKFILLED = ("month_model", "month_conversation", "month_conversation_total")  # issue 23: standard SQL, run as is
 # An open checks tables, columns and indexes: a ledger missing an index an older build did not
 # make is migrated (CREATE INDEX IF NOT EXISTS, keeping every row).
-INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES))
+INDEX_NAMES = frozenset(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", schema.TABLES + schema.INDEXES))
 # Parents before children (foreign keys), attempts before the totals their copy's triggers touch.
 EXPORT_ORDER = ("account", "month", "binding", "attempt", "adjustment", "warm_prefix", "health", "model_health",
                 *TOTALS_TABLES, "warm_month", "host_health", "budget_warning", "waiter",

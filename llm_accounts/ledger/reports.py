@@ -156,10 +156,8 @@ def ladder(conn, host, declared, quote, client, provider, now):
     at = now or clock.now()
     month, day = clock.credit_month(at), clock.utc_day(at)
     facts = reads.read_facts(conn, provider, month, at, host, full=False, model=quote.requested_model)
-    verdicts = {
-        name: admission.account_verdict(conn, provider, account, facts, quote, day, at, client)
-        for name, account in declared.items()
-    }
+    found = admission.verdicts(conn, provider, list(declared.values()), facts, quote, day, at, client)
+    verdicts = dict(zip(declared, found))
     return status_lines(conn, host, declared, provider, at), verdicts
 
 

@@ -66,7 +66,7 @@ class _Connection(sqlite3.Connection):
 
 
 # Indexes and the triggers that keep the day and month_outcome totals: an open missing one migrates.
-_INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES))
+_INDEX_NAMES = frozenset(re.findall(r"CREATE (?:INDEX|TRIGGER) IF NOT EXISTS (\w+)", schema.TABLES + schema.INDEXES))
 
 
 class SqliteBackend:
@@ -272,6 +272,8 @@ class SqliteBackend:
             if column not in _column_names(conn, table):
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {declaration}")
                 added.add(table)
+        for statement in schema.statements(schema.INDEXES):
+            conn.execute(statement)
         added |= _table_names(conn) - tables  # created by this open: filled from the rows below
         for table in added & set(schema.BACKFILL):
             for statement in schema.statements(schema.BACKFILL[table]):
