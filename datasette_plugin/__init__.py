@@ -160,7 +160,7 @@ async def dashboard_view(datasette, request):
 
 
 async def dashboard_json(datasette, request):
-    """The dashboard's figures for scripts (README "Datasette"): per ledger, each account's
+    """The dashboard's figures for scripts (docs/datasette.md): per ledger, each account's
     budget, spend, open ceilings, remaining, today, health and pace, and the credit period's days.
 
     ``_shape`` follows Datasette's JSON conventions, the accounts being the rows: none gives the

@@ -767,7 +767,7 @@ def _forecast_json(summary):
 
 
 def as_json(ledger):
-    """The figures of one ledger's dashboard for ``/-/llm-accounts.json`` (README "Datasette").
+    """The figures of one ledger's dashboard for ``/-/llm-accounts.json`` (docs/datasette.md).
 
     Money is integer nanodollars beside an exact decimal US dollar string; days are UTC."""
     accounts = []
@@ -842,7 +842,7 @@ def as_json(ledger):
 
 
 SHAPES = (None, "objects", "array", "arrays")
-"""``_shape`` values of ``/-/llm-accounts.json`` (README "Datasette"); None is the whole document."""
+"""``_shape`` values of ``/-/llm-accounts.json`` (docs/datasette.md); None is the whole document."""
 
 
 def shaped(document, shape):

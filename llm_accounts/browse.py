@@ -68,7 +68,7 @@ def declared_keys(declaration, environ):
 
 
 # Said where Datasette is needed and missing: the commands that work from a checkout or a wheel
-# (llm-accounts itself is not on PyPI: README "Installation").
+# (llm-accounts itself is not on PyPI: docs/getting-started.md "Installation").
 NOT_INSTALLED = (
     "Datasette is not installed in llm's environment: run 'llm install datasette' "
     "(or, in the llm-accounts checkout, llm install -e '.[datasette]')"

@@ -2120,7 +2120,7 @@ def ladder(model_id, client, json_):
                     "account": r.name,
                     "rank": r.rank,
                     "weight": r.weight,
-                    # Money in JSON output is integer nanodollars, as in status --json (README "JSON output").
+                    # Money in JSON output is integer nanodollars, as in status --json (docs/commands.md "JSON output").
                     "committed_nusd": r.committed_nusd,
                     "budget_nusd": r.budget_nusd,
                     "available": r.available,

@@ -230,7 +230,7 @@ def _story(demo, standin, keys, llm_cmd="llm", note=None):
         ("accounts ladder --model MODEL", "the order new conversations try accounts, and why"),
         ("accounts prices", "every model's rates and the ceiling one attempt reserves"),
         ("accounts standin", "a local stand-in to point LLM_ACCOUNTS_BASE_URL at"),
-        ("accounts add NAME --key-env VAR --budget USD", "your own accounts (README: Declaring accounts)"),
+        ("accounts add NAME --key-env VAR --budget USD", "your own accounts (docs/accounts.md: Declaring accounts)"),
     )
     width = max(len(f"{llm_cmd} {command}") for command, _ in rows)
     for command, what in rows:

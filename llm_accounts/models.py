@@ -80,7 +80,7 @@ class _Shared:
         raise NoKeyError(
             "credential_missing",
             "no accounts are declared and llm has no Anthropic key: declare accounts with "
-            "'llm accounts add NAME --key-env VAR --budget USD' (README \"Declaring accounts\"), or send "
+            "'llm accounts add NAME --key-env VAR --budget USD' (docs/accounts.md \"Declaring accounts\"), or send "
             "unrouted with 'llm keys set anthropic' or ANTHROPIC_API_KEY",
         )
 

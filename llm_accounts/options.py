@@ -239,7 +239,7 @@ class RoutedOptionsWithEffort(RoutedOptions):
     )
 
 
-# Each option's counterpart in llm-anthropic 0.30, for the README's table (docs/architecture.md
+# Each option's counterpart in llm-anthropic 0.30, for the table in docs/prompting.md "Model options" (docs/architecture.md
 # "Model ids"): the same name does the same thing unless said otherwise.
 LLM_ANTHROPIC = {
     "max_tokens": "`max_tokens`, same default per model",

@@ -1,5 +1,5 @@
 """`llm accounts set NAME`: change some settings of a declared account and keep the rest
-(README "Per-client caps"; docs/architecture.md "What a credit period fixes").
+(docs/accounts.md "Per-client caps"; docs/architecture.md "What a credit period fixes").
 
 `llm accounts add --replace` declares an account anew, so a setting it is not given returns to its
 default: it says which ones it changed, and `set` is the way to change only the settings given.
@@ -37,7 +37,7 @@ def one_line_error(result):
 
 @pytest.fixture
 def shared(user_path):
-    """The README's restricted account: two client caps, only listed clients."""
+    """docs/accounts.md's restricted account: two client caps, only listed clients."""
     result = run(
         "add", "shared", "--key-env", "SHARED_KEY", "--budget", "40.00", "--daily-budget", "4.00", "--rank", "1",
         "--client-cap", "ci-bot=5.00", "--client-cap", "alice@example.com=20.00", "--clients-only",

@@ -1081,7 +1081,7 @@ async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(le
     assert account["status"] == "ok"  # the account itself is healthy
 
 
-# Pace, exact last success and _shape (README "Datasette")
+# Pace, exact last success and _shape (docs/datasette.md)
 
 
 @pytest.mark.asyncio
@@ -1165,13 +1165,14 @@ async def test_query_pages_hide_their_sql(ds):
     assert "_show_sql=1" in html  # one click shows it
 
 
-def test_every_readme_example_with_metadata_yml_names_a_database_it_covers():
+def test_every_example_with_metadata_yml_names_a_database_it_covers():
     # Datasette names a database after its file's stem; metadata.yml's queries sit under
     # `databases: <name>:` for the names it covers, so another file name shows no queries.
+    # The examples are in the README and the manual (docs/datasette.md, docs/postgresql.md).
     from llm_accounts.paths import ledger_path
 
-    readme = (ROOT / "README.md").read_text()
-    files = re.findall(r"datasette (\S+) -[mc] metadata\.yml", readme)
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    files = [file for page in pages for file in re.findall(r"datasette (\S+) -[mc] metadata\.yml", page.read_text())]
     assert files
     for file in files:
         stem = pathlib.Path(ledger_path()).stem if "llm accounts path" in file else pathlib.Path(file).stem

@@ -1,6 +1,6 @@
 """`dedicated_key`: the user's promise that an account's key is used only through the ledger, so the
 legacy usage report may settle its open attempts (docs/architecture.md "An account declaration" and
-"Settling from the provider"; README "Settling unknown outcomes from the provider").
+"Settling from the provider"; docs/provider.md "Settling unknown outcomes from the provider").
 
 It needs `admin_key_env` and `api_key_id`, it is a JSON boolean, and it is policy, not credit.
 """

@@ -1,5 +1,6 @@
-"""The README's shell examples, run as written, top to bottom, against the stand-in: a newcomer who
-follows them meets no error the README did not predict."""
+"""The shell examples of the README and of the manual's pages on accounts and prompting, run as
+written, top to bottom, against the stand-in: a newcomer who follows them meets no error the
+pages did not predict."""
 
 import json
 import os
@@ -12,26 +13,38 @@ import pytest
 
 from conftest import assert_no_key_material, make_key
 
-README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
-# The examples a newcomer runs against their accounts, in README order (installation, the
-# stand-in's own two-terminal example and the benchmarks are exercised elsewhere).
-SECTIONS = ("## Declaring accounts", "### Per-client caps", "## Prompting")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+# The README's front page, as a newcomer runs it after installing: a first routed answer, then
+# one screen each on accounts, budgets and spend (installation, the quick start, Datasette and the
+# development commands are exercised elsewhere).
+FRONT_PAGE = [("README.md", heading) for heading in ("## A first routed answer", "## Accounts", "## Budgets", "## Spend")]
+# The examples the manual gives for declaring accounts and prompting, in its order (the stand-in's
+# own two-terminal example and the benchmarks are exercised elsewhere).
+MANUAL = [
+    ("docs/accounts.md", "## Declaring accounts"),
+    ("docs/accounts.md", "### Per-client caps"),
+    ("docs/prompting.md", "# Prompting"),
+]
 KEY_ENVS = ("ANTHROPIC_WORK_KEY", "ANTHROPIC_PERSONAL_KEY", "ANTHROPIC_SHARED_KEY")
 
 
-def bash_blocks(heading):
-    body = README.split("\n" + heading + "\n")[1]
-    body = re.split(r"\n#{2,3} ", body)[0]
+def bash_blocks(page, heading):
+    """The ```bash blocks from ``heading`` to the next heading of any level (a block setting a
+    variable with ``export`` shows a form, not a step)."""
+    text = (ROOT / page).read_text()
+    body = re.split(r"^" + re.escape(heading) + r"$", text, maxsplit=1, flags=re.M)[1]
+    body = re.split(r"\n#{1,4} ", body)[0]
     return [block for block in re.findall(r"```bash\n(.*?)```", body, re.S) if not block.startswith("export ")]
 
 
-def test_each_section_has_examples_to_run():
-    assert all(bash_blocks(heading) for heading in SECTIONS)
+@pytest.mark.parametrize("page, heading", FRONT_PAGE + MANUAL, ids=lambda value: str(value))
+def test_each_section_has_examples_to_run(page, heading):
+    assert bash_blocks(page, heading)
 
 
 @pytest.fixture
 def newcomer(tmp_path):
-    """A fresh llm user directory whose key store holds the README's three keys, and the stand-in."""
+    """A fresh llm user directory whose key store holds the examples' three keys, and the stand-in."""
     from llm_accounts.standin import StandIn
 
     keys = {name: make_key() for name in KEY_ENVS}
@@ -50,26 +63,46 @@ def newcomer(tmp_path):
         yield env, keys, server
 
 
-def test_the_readme_examples_run_as_written(newcomer, tmp_path):
-    env, keys, server = newcomer
+def run_sections(sections, env, keys, cwd):
+    """Run each section's blocks in order; ``llm keys set NAME`` is given the key at its prompt,
+    as a user pastes it. Returns everything printed."""
     output = ""
-    for heading in SECTIONS:
-        for block in bash_blocks(heading):
+    for page, heading in sections:
+        for block in bash_blocks(page, heading):
+            pasted = re.search(r"^llm keys set (\w+)", block, re.M)
             result = subprocess.run(
-                ["bash", "-e", "-c", block], env=env, cwd=tmp_path, capture_output=True, text=True, stdin=subprocess.DEVNULL
+                ["bash", "-e", "-c", block], env=env, cwd=cwd, capture_output=True, text=True,
+                input=keys[pasted.group(1)] + "\n" if pasted else "",
             )
             output += result.stdout + result.stderr
-            assert result.returncode == 0, f"{heading}: {result.stderr.strip().splitlines()[-1:]}"
-    answered = [r for r in server.requests if r["path"] == "/v1/messages" and r["status"] == 200]
-    assert len(answered) == 6  # one client-capped prompt, one for alice, four in Prompting
+            assert result.returncode == 0, f"{page} {heading}: {result.stderr.strip().splitlines()[-1:]}"
+    return output
+
+
+def answered(server):
+    return [r for r in server.requests if r["path"] == "/v1/messages" and r["status"] == 200]
+
+
+def test_the_readme_front_page_runs_as_written(newcomer, tmp_path):
+    env, keys, server = newcomer
+    output = run_sections(FRONT_PAGE, env, keys, tmp_path)
+    assert len(answered(server)) == 2  # the first routed answer, and the small-budget prompt
+    for key in keys.values():
+        assert_no_key_material(output, key)
+
+
+def test_the_manual_examples_run_as_written(newcomer, tmp_path):
+    env, keys, server = newcomer
+    output = run_sections(MANUAL, env, keys, tmp_path)
+    assert len(answered(server)) == 6  # one client-capped prompt, one for alice, four in Prompting
     for key in keys.values():
         assert_no_key_material(output, key)
 
 
 def test_the_per_client_caps_examples_keep_the_restricted_account_restricted(newcomer, tmp_path):
-    """Adding a token cap, as the README does, keeps --clients-only and the other clients' caps."""
+    """Adding a token cap, as docs/accounts.md does, keeps --clients-only and the other clients' caps."""
     env, keys, server = newcomer
-    for block in bash_blocks("### Per-client caps"):
+    for block in bash_blocks("docs/accounts.md", "### Per-client caps"):
         block = "\n".join(line for line in block.splitlines() if not line.startswith(("LLM_ACCOUNTS_CLIENT=", "llm -m")))
         result = subprocess.run(["bash", "-e", "-c", block], env=env, cwd=tmp_path, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr

@@ -1,5 +1,6 @@
-"""The README's notebook snippets, run as written on a ledger filled through the routed model:
-their figures are the ones llm accounts status gives, and an attempt joins its llm logs row."""
+"""The Python snippets of the manual (docs/python.md "Notebooks and other tools") and of the
+README's "Python" screen, run as written on a ledger filled through the routed model: their
+figures are the ones llm accounts status gives, and an attempt joins its llm logs row."""
 
 import contextlib
 import datetime as dt
@@ -14,9 +15,11 @@ import pytest
 from llm_accounts import catalog, clock
 from routed_helpers import attempts, llm_cli
 
-README = (pathlib.Path(__file__).resolve().parent.parent / "README.md").read_text()
-SECTION = README.split("## Notebooks and other tools")[1].split("\n## ")[0]
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+SECTION = (ROOT / "docs" / "python.md").read_text().split("\n## Notebooks and other tools\n")[1].split("\n## ")[0]
 SNIPPETS = re.findall(r"```python\n(.*?)```", SECTION, re.S)
+FRONT_PAGE = (ROOT / "README.md").read_text().split("\n## Python\n")[1].split("\n## ")[0]
+[FRONT_PAGE_SNIPPET] = re.findall(r"```python\n(.*?)```", FRONT_PAGE, re.S)
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # one credit period, 2026-11
 MODEL = "claude-routed/claude-haiku-4-5"
 
@@ -24,7 +27,7 @@ MODEL = "claude-routed/claude-haiku-4-5"
 def run_snippet(code):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(code, "README.md", "exec"), {})
+        exec(compile(code, "snippet", "exec"), {})
     return out.getvalue()
 
 
@@ -55,7 +58,7 @@ def history(accounts, ledger_path, user_path, monkeypatch, made_once):
     return json.loads(llm_cli("accounts", "status", "--json").output)["accounts"]
 
 
-def test_the_readme_has_the_three_notebook_snippets():
+def test_the_manual_has_the_three_notebook_snippets():
     assert len(SNIPPETS) == 3
 
 
@@ -97,3 +100,12 @@ def test_open_ledger_lists_an_account_no_declaration_holds_as_undeclared(history
     with open_ledger() as ledger:
         declared = {status.name: status.declared for status in ledger.status()}
     assert declared == {"alpha": False, "beta": True}
+
+
+def test_the_readme_python_screen_prompts_and_prints_what_status_gives(history):
+    printed = run_snippet(FRONT_PAGE_SNIPPET).splitlines()
+    [cost] = [line for line in printed if line.startswith("Cost(")]
+    assert "held_nusd=0" in cost  # the answer settled: nothing of it is held
+    after = json.loads(llm_cli("accounts", "status", "--json").output)["accounts"]
+    for line in after:
+        assert f"{line['name']} {line['spent_nusd']} {line['remaining_nusd']}" in printed

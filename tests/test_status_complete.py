@@ -1,5 +1,5 @@
 """What ``llm accounts status`` says beyond the money: exact last success, failing since,
-removed accounts, today's remaining and the pace forecast (README "Status", docs/architecture.md
+removed accounts, today's remaining and the pace forecast (docs/spend.md "Status", docs/architecture.md
 "Pace forecast")."""
 
 import datetime as dt

@@ -26,8 +26,8 @@ def _key(kind="api03"):
 
 
 # Above the default model's ceiling ($7.92 for claude-sonnet-4-6 at its default max_tokens: `llm
-# accounts prices`), so the suggested plain `claude-routed` prompt is admitted (README "Budgets and
-# the ceiling").
+# accounts prices`), so the suggested plain `claude-routed` prompt is admitted (docs/routing.md "Budgets
+# and the ceiling").
 SUGGESTED_BUDGET = "10.00"
 
 
