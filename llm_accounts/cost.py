@@ -2,7 +2,7 @@
 
 Read from the routing record llm logs as ``response_json["routing"]``: each attempt's settled
 ``cost_nusd``, or ``None`` while its outcome is unknown. An unknown attempt is *held* at its
-ceiling, never counted as spent (docs/pricing.md "What keeps an attempt open").
+ceiling (or the smaller hold ``held_nusd`` its counted input left), never counted as spent (docs/pricing.md "What keeps an attempt open").
 """
 
 from dataclasses import dataclass
@@ -28,7 +28,9 @@ def cost_from_routing(routing):
         if record.get("cost_nusd") is not None:
             spent += record["cost_nusd"]
         else:
-            held += record.get("ceiling_nusd") or 0
+            # Shrunk once message_start counted the input (docs/pricing.md "Shrinking a hold on
+            # message_start"), else the whole ceiling.
+            held += record.get("held_nusd", record.get("ceiling_nusd")) or 0
     return Cost(routing.get("account"), spent, held)
 
 

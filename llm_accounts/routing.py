@@ -476,7 +476,7 @@ class RoutedCall:
         attempt.hold_nusd, attempt.counts = hold.hold_nusd, hold.counts
         for record in self.records:
             if record["id"] == attempt.id:
-                record["ceiling_nusd"] = hold.hold_nusd
+                record["held_nusd"] = hold.hold_nusd  # ceiling_nusd stays what was reserved
 
     def _say_contradiction(self, attempt, usage, cost):
         """A final usage that breaks the counts a hold was shrunk on: the settlement recorded the

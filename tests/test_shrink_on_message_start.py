@@ -389,3 +389,14 @@ def test_ctrl_c_mid_stream_keeps_only_the_shrunk_hold_on_a_postgresql_ledger(acc
         assert ledger.audit() == []
     assert row["state"] == "open"
     assert row["ceiling_nusd"] == json.loads(row["counted_json"])["input_tokens"] * 1000 + 300 * 5000
+
+
+def test_a_prompts_cost_holds_the_shrunk_hold_and_its_record_keeps_what_was_reserved():
+    from llm_accounts.cost import cost_from_routing
+
+    routing = {"account": "alpha", "attempts": [
+        {"id": "a1", "account": "alpha", "outcome": "cancelled", "cost_nusd": None, "ceiling_nusd": 720_000_000,
+         "held_nusd": 1_503_000},
+        {"id": "a2", "account": "alpha", "outcome": "stream_closed", "cost_nusd": None, "ceiling_nusd": 720_000_000},
+    ]}
+    assert cost_from_routing(routing).held_nusd == 1_503_000 + 720_000_000
