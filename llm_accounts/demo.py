@@ -67,7 +67,9 @@ class Demo:
         db = sqlite3.connect(self.ledger)
         try:
             rows = db.execute(
-                "SELECT account, outcome, ceiling_nusd, cost_nusd FROM attempt ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                # What was reserved before sending, also where message_start later shrank the hold.
+                "SELECT account, outcome, COALESCE(reserved_nusd, ceiling_nusd), cost_nusd FROM attempt "
+                "ORDER BY created_at DESC, rowid DESC LIMIT ?",
                 (count,),
             ).fetchall()
         finally:
@@ -79,8 +81,9 @@ class Demo:
         say(f"-> account {account}: reserved {usd_fine(ceiling)}, settled at {usd_fine(cost)} ({outcome}).")
         if explain:
             say(f"The reservation is the worst case: {DEMO_MODEL.split('/')[1]}'s whole 200,000-token window at its")
-            say("dearest input rate plus max_tokens of output. It holds budget only until the answer's usage")
-            say("settles the real cost, so no account can be overspent, however many prompts run at once.")
+            say("dearest input rate plus max_tokens of output. Once the answer starts, the hold shrinks to the")
+            say("counted input plus max_tokens of output; the answer's usage then settles the real cost, so no")
+            say("account can be overspent, however many prompts run at once.")
         return account
 
 
