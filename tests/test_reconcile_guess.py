@@ -40,7 +40,7 @@ def test_the_answer_that_contradicts_a_manual_reconcile_says_so(ledger, work):
 def test_the_next_prompt_on_the_blocked_account_names_the_manual_reconcile_and_the_command_that_clears_it(ledger, work):
     guessed_then_answered(ledger, work)
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [work], now=T0))
-    assert error.code == "account_blocked"
+    assert error.code == "no_account_available"  # a new conversation: no account could take it
     assert error.message.endswith(
         "account 'work' is blocked (settlement_conflict): attempt guessed-'s answer differs from its manual reconcile; "
         "once checked (llm accounts adjust corrects it): llm accounts unblock work"
