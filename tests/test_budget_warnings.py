@@ -125,6 +125,22 @@ def test_a_routed_prompt_past_a_threshold_warns_once_on_stderr(accounts, at_now)
     assert "budget warning" not in quiet.stderr
 
 
+def test_a_warning_after_a_streamed_answer_starts_on_its_own_line(accounts, at_now):
+    # Before: the answer's last line had no newline yet, so the warning was glued to it.
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    push_alpha_to(16_200_000_000)
+    warned = llm_cli("-m", ROUTED, "hi again", "-o", "account", "alpha")
+    answer, _ = warned.output.split("llm-accounts: budget warning")
+    assert answer.strip() and answer.endswith("\n") and not answer.endswith("\n\n")
+
+
+def test_a_warning_before_an_answer_that_was_not_streamed_adds_no_blank_line(accounts, at_now):
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    push_alpha_to(16_200_000_000)
+    warned = llm_cli("-m", ROUTED, "--no-stream", "hi again", "-o", "account", "alpha")
+    assert warned.output.startswith("llm-accounts: budget warning")
+
+
 def test_warn_at_off_says_nothing(accounts, at_now):
     save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO, warn_at=())], None)
     llm_cli("-m", ROUTED, "hi")
