@@ -1069,8 +1069,9 @@ def _table(rows):
 
 @accounts.command()
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
-@click.option("--check", is_flag=True, help="Exit 1 when an account is past a warning threshold, blocked or failing (one line each on stderr)")
-def status(json_, check):
+@click.option("--check", is_flag=True, help="Exit 1 when no account can take a default prompt, or one is past a warning threshold, blocked or failing (one line each on stderr)")
+@click.option("-v", "--verbose", is_flag=True, help="Also print the declaration warnings (limits too small for the default model)")
+def status(json_, check, verbose):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
@@ -1080,7 +1081,8 @@ def status(json_, check):
     the places keys are read from; new conversations move past them). Under the table, each account's pace: when
     its budget runs out at the rate of its last 7 days' settled spend, against the period's reset,
     and how much a day is left to last the period. A limit below the ceiling of a plain
-    claude-routed prompt is warned about (in --json, under "warnings").
+    claude-routed prompt is warned about when the account is added or set, and here with
+    --verbose (in --json, always under "warnings"), so a cron job is not mailed it every run.
 
     \b
     Example:
@@ -1089,7 +1091,10 @@ def status(json_, check):
         llm accounts status --check || notify-me   # for cron and CI
 
     --check prints the status as usual, then one line per problem on stderr and exits 1 if
-    there is any (0 when all is well, 2 on a usage error).
+    there is any (0 when all is well, 2 on a usage error). When no declared account can take a
+    plain claude-routed prompt now (its ceiling does not fit what is left of a budget after
+    spend and held ceilings, a daily budget, or the account is blocked or cooling), each
+    account gets a line saying why.
     """
     from .errors import AccountsError
     from .money import usd, usd_fine
@@ -1118,6 +1123,11 @@ def status(json_, check):
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     key_states = _key_states(declared)
     problems = _check_problems(lines, declared) if check else []
+    if check and declared:
+        try:
+            problems = _no_default_room(declared) + problems
+        except AccountsError as error:
+            fail(error)
     if json_:
         echo_json(
             {
@@ -1132,7 +1142,8 @@ def status(json_, check):
         )
         _exit_on_problems(problems)
         return
-    _warn_small_limits(declared)
+    if verbose:
+        _warn_small_limits(declared)
     if not declared:
         click.echo("No accounts declared: claude-routed sends unrouted. Ledger history:")
     if not lines:
@@ -1248,6 +1259,28 @@ def _check_problems(lines, declared):
         warn_at = account.warn_thresholds if account is not None else thresholds.DEFAULT_WARN_AT
         problems.extend(thresholds.check_problems(line, warn_at))
     return problems
+
+
+def _no_default_room(declared):
+    """``status --check``: when no declared account can take a plain claude-routed prompt now,
+    one line per account naming why, from the verdict admission itself gives (``Ledger.ladder``);
+    none when one can."""
+    import os
+
+    from . import catalog, fits, ladder, price_book, selection
+    from .ledger import Ledger
+
+    book = price_book.current()
+    quote = ladder.quote_for(fits.default_model(), book)
+    accounts_ = catalog.effective_accounts(declared, book, catalog.load())
+    with Ledger() as ledger:
+        _, verdicts = ledger.ladder(accounts_, quote, client=os.environ.get("LLM_ACCOUNTS_CLIENT") or None)
+    if not verdicts or any(v.code is None for v in verdicts.values()):
+        return []
+    return [
+        f"account '{name}' cannot take a default prompt (up to {selection.money(quote.ceiling_nusd)}): {selection.cause(v)}"
+        for name, v in verdicts.items()
+    ]
 
 
 def _exit_on_problems(problems):
