@@ -1069,8 +1069,9 @@ def _table(rows):
 
 @accounts.command()
 @click.option("json_", "--json", is_flag=True, help="Output JSON")
-@click.option("--check", is_flag=True, help="Exit 1 when an account is past a warning threshold, blocked or failing (one line each on stderr)")
-def status(json_, check):
+@click.option("--check", is_flag=True, help="Exit 1 when no account can take a default prompt, or one is past a warning threshold, blocked or failing (one line each on stderr)")
+@click.option("-v", "--verbose", is_flag=True, help="Also print the declaration warnings (limits too small for the default model)")
+def status(json_, check, verbose):
     """Budget, spend, open ceilings, remaining, today's spend and health per account.
 
     Figures are for the current credit period (it starts 00:00 UTC on the last day of the
@@ -1080,7 +1081,8 @@ def status(json_, check):
     the places keys are read from; new conversations move past them). Under the table, each account's pace: when
     its budget runs out at the rate of its last 7 days' settled spend, against the period's reset,
     and how much a day is left to last the period. A limit below the ceiling of a plain
-    claude-routed prompt is warned about (in --json, under "warnings").
+    claude-routed prompt is warned about when the account is added or set, and here with
+    --verbose (in --json, always under "warnings"), so a cron job is not mailed it every run.
 
     \b
     Example:
@@ -1089,7 +1091,10 @@ def status(json_, check):
         llm accounts status --check || notify-me   # for cron and CI
 
     --check prints the status as usual, then one line per problem on stderr and exits 1 if
-    there is any (0 when all is well, 2 on a usage error).
+    there is any (0 when all is well, 2 on a usage error). When no declared account can take a
+    plain claude-routed prompt now (its ceiling does not fit what is left of a budget after
+    spend and held ceilings, a daily budget, or the account is blocked or cooling), each
+    account gets a line saying why.
     """
     from .errors import AccountsError
     from .money import usd, usd_fine
@@ -1118,6 +1123,11 @@ def status(json_, check):
     model_lists = {line.name: catalog.list_status(line.name, served, at) for line in lines}
     key_states = _key_states(declared)
     problems = _check_problems(lines, declared) if check else []
+    if check and declared:
+        try:
+            problems = _no_default_room(declared) + problems
+        except AccountsError as error:
+            fail(error)
     if json_:
         echo_json(
             {
@@ -1132,7 +1142,8 @@ def status(json_, check):
         )
         _exit_on_problems(problems)
         return
-    _warn_small_limits(declared)
+    if verbose:
+        _warn_small_limits(declared)
     if not declared:
         click.echo("No accounts declared: claude-routed sends unrouted. Ledger history:")
     if not lines:
@@ -1248,6 +1259,28 @@ def _check_problems(lines, declared):
         warn_at = account.warn_thresholds if account is not None else thresholds.DEFAULT_WARN_AT
         problems.extend(thresholds.check_problems(line, warn_at))
     return problems
+
+
+def _no_default_room(declared):
+    """``status --check``: when no declared account can take a plain claude-routed prompt now,
+    one line per account naming why, from the verdict admission itself gives (``Ledger.ladder``);
+    none when one can."""
+    import os
+
+    from . import catalog, fits, ladder, price_book, selection
+    from .ledger import Ledger
+
+    book = price_book.current()
+    quote = ladder.quote_for(fits.default_model(), book)
+    accounts_ = catalog.effective_accounts(declared, book, catalog.load())
+    with Ledger() as ledger:
+        _, verdicts = ledger.ladder(accounts_, quote, client=os.environ.get("LLM_ACCOUNTS_CLIENT") or None)
+    if not verdicts or any(v.code is None for v in verdicts.values()):
+        return []
+    return [
+        f"account '{name}' cannot take a default prompt (up to {selection.money(quote.ceiling_nusd)}): {selection.cause(v)}"
+        for name, v in verdicts.items()
+    ]
 
 
 def _exit_on_problems(problems):
@@ -1578,8 +1611,12 @@ def unblock(name, source, adjustment_id):
 @click.option("open_", "--open", is_flag=True, help="Settle every open attempt of --account, oldest first: one USD each, or --cost for all")
 @click.option("--account", metavar="NAME", help="The account whose open attempts --open or --from-provider settles")
 @click.option("--from-provider", is_flag=True, help="Settle open attempts from the organization's usage report (needs admin_key_env)")
+@click.option("--model", metavar="MODEL", help="With --open: only attempts that requested or were served this model")
+@click.option("--since", metavar="WHEN", help="With --open: only attempts created at or after this ISO date or instant (UTC)")
+@click.option("--until", metavar="WHEN", help="With --open: only attempts created before this instant, or up to the end of this ISO date (UTC)")
+@click.option("--dry-run", is_flag=True, help="With --open: list what would be settled and the total; write nothing")
 @click.option("json_", "--json", is_flag=True, help="With --from-provider: what was settled and what was kept open, as JSON")
-def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, json_):
+def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, model, since, until, dry_run, json_):
     """Settle open attempts at a known cost, each recorded with its source.
 
     Use it for attempts left open by an unknown outcome (5xx, a broken stream, a killed
@@ -1589,7 +1626,10 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
 
     --open --account NAME settles every open attempt of NAME at once, oldest first (the
     order of 'llm accounts attempts --open --account NAME', read from the bottom): one USD
-    amount each, or --cost for all of them. Each is its own sourced reconciliation.
+    amount each, or --cost for all of them. Each is its own sourced reconciliation. --model,
+    --since and --until narrow them; --dry-run lists them and the total and writes nothing. An
+    attempt with no outcome recorded may still be running (here or on another machine) and is
+    left alone; one whose process on this machine is gone is recorded cancelled and settled.
 
     --from-provider reads the usage report of each account that declares admin_key_env and
     settles an open attempt only where the report leaves no doubt; it says which attempts
@@ -1602,10 +1642,13 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
         llm accounts reconcile 0f6c3a52 --cost 0.0412 --source "console usage 2026-11-03"
         llm accounts reconcile --open --account work 0.0412 0 --source "console usage 2026-11-03"
         llm accounts reconcile --open --account work --cost 0 --source "console: nothing billed 2026-11-03"
+        llm accounts reconcile --open --account work --since 2026-11-03 --cost 0 --dry-run
         llm accounts reconcile --from-provider --account work
     """
     from .errors import AccountsError
 
+    if not open_ and (model or since or until or dry_run):
+        fail(AccountsError("declaration_invalid", "--model, --since, --until and --dry-run: go with --open"))
     if from_provider:
         if args or cost is not None or source is not None or open_ or adjustment_id is not None:
             fail(AccountsError("declaration_invalid", "--from-provider: takes no ATTEMPT_ID, USD, --cost, --source, --open or --id; the report is the source"))
@@ -1613,10 +1656,10 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
         return
     if json_:
         fail(AccountsError("declaration_invalid", "--json: goes with --from-provider"))
-    if source is None:
+    if source is None and not (open_ and dry_run):
         fail(AccountsError("declaration_invalid", "--source: is required: name where the figure comes from, such as \"console usage 2026-11-03\""))
     if open_:
-        _reconcile_open(account, args, cost, source, adjustment_id)
+        _reconcile_open(account, args, cost, source, adjustment_id, model, since, until, dry_run)
         return
     if account is not None:
         fail(AccountsError("declaration_invalid", "--account: goes with --open or --from-provider"))
@@ -1641,33 +1684,49 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
         click.echo(f"Attempt {attempt_id} settled at {usd(nusd, 4)}")
 
 
-def _reconcile_open(account, amounts, cost, source, adjustment_id):
-    """``reconcile --open --account NAME``: every open attempt of NAME, oldest first, each its own
-    sourced reconciliation. The amounts are all checked before anything is written."""
+def _reconcile_open(account, amounts, cost, source, adjustment_id, model=None, since=None, until=None, dry_run=False):
+    """``reconcile --open --account NAME``: every open attempt of NAME (narrowed by ``model``,
+    ``since``, ``until``), oldest first, each its own sourced reconciliation. The amounts are all
+    checked before anything is written; ``dry_run`` lists them and writes nothing."""
     import uuid
 
     from .errors import AccountsError
-    from .money import usd
+    from .money import usd, usd_fine
 
     if account is None:
         fail(AccountsError("declaration_invalid", "--open: needs --account NAME (the account whose open attempts to settle)"))
     if adjustment_id is not None:
         fail(AccountsError("declaration_invalid", "--id: names one reconciliation; --open records one per attempt with ids of its own"))
-    if (cost is None) == (not amounts):
+    if (cost is not None and amounts) or (cost is None and not amounts and not dry_run):
         fail(AccountsError("declaration_invalid", "USD: give one amount per open attempt, oldest first, or --cost for all of them (not both)"))
+    filters = {}
+    try:
+        if model:
+            filters["model"] = model
+        if since:
+            filters["since"] = _instant(since, "--since")
+        if until:
+            filters["until"] = _instant(until, "--until", end=True)
+    except AccountsError as error:
+        fail(error)
     ledger = _ledger()
     try:
         name = _known_account(ledger, account)
         name = getattr(name, "name", name)
         # A gone process's attempt gets its outcome first (docs/architecture.md "A process that is
         # gone"); one still without an outcome may be streaming in another process or on another
-        # machine, and a guessed cost would conflict with its answer and block the account.
-        ledger.abandoned()
-        rows = ledger.open_attempts(account=name)
+        # machine, and a guessed cost would conflict with its answer and block the account. A dry
+        # run writes nothing: it only asks which of them are gone.
+        if dry_run:
+            gone = _gone_here(ledger)
+        else:
+            ledger.abandoned()
+            gone = set()
+        rows = ledger.open_attempts(account=name, **filters)
     except AccountsError as error:
         fail(error)
-    running = [row for row in rows if row["outcome"] is None]
-    rows = [row for row in rows if row["outcome"] is not None]
+    running = [row for row in rows if row["outcome"] is None and row["id"] not in gone]
+    rows = [row for row in rows if row["outcome"] is not None or row["id"] in gone]
     if running:
         click.echo(
             f"{len(running)} open attempt{'s' if len(running) != 1 else ''} of {name} with no outcome recorded "
@@ -1687,7 +1746,18 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id):
         ))
     costs = [_usd_option(text, f"USD <entry {n}>", allow_zero=True) for n, text in enumerate(amounts, start=1)]
     if not amounts:
-        costs = [_usd_option(cost, "--cost", allow_zero=True)] * len(rows)
+        costs = [None if cost is None else _usd_option(cost, "--cost", allow_zero=True)] * len(rows)
+    if dry_run:
+        for row, nusd in zip(rows, costs):
+            at = "" if nusd is None else f" at {usd(nusd, 4)}"
+            click.echo(
+                f"Would settle attempt {row['id']} ({row['outcome'] or 'cancelled: its process is gone'}, "
+                f"{row['requested_model']}, {row['created_at'][:19].replace('T', ' ')} UTC, holding {usd_fine(row['ceiling_nusd'])}){at}"
+            )
+        held = sum(row["ceiling_nusd"] for row in rows)
+        total = "" if None in costs else f" at {usd_fine(sum(costs))} in all"
+        click.echo(f"{len(rows)} open attempt{'s' if len(rows) != 1 else ''} of {name} holding {usd_fine(held)} would be settled{total}; nothing was written")
+        return
     failed = 0
     for row, nusd in zip(rows, costs):
         try:
@@ -1699,6 +1769,18 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id):
         click.echo(f"Attempt {row['id']} settled at {usd(nusd, 4)}")
     if failed:
         fail(AccountsError("settlement_conflict", f"{failed} of {len(rows)} open attempts of {name} were not settled (see above); the others were"))
+
+
+def _gone_here(ledger):
+    """Ids of the attempts in flight on this machine whose process is gone (what
+    ``Ledger.abandoned`` would record cancelled), read without writing: for ``--dry-run``."""
+    from . import liveness
+
+    return {
+        row["id"] for row in ledger.open_attempts()
+        if row["outcome"] is None and row["host"] == ledger.host and row["pid"] is not None
+        and liveness.gone(row["pid"], row["pid_started"])
+    }
 
 
 def _with_admin_keys(account, section):

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import re
-import sys
 import time
 
 import httpx
@@ -17,7 +16,7 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, cost, counting, payload, room, scrub, transport, wire
+from . import classify, cost, counting, notices, payload, room, scrub, transport, wire
 from .capabilities import for_model, for_price
 from .errors import AccountsError
 from .events import StreamReader, message_events
@@ -336,7 +335,7 @@ def _after_delivery(attempt, error):
 
 
 def _warn(error):
-    print(f"Warning: {error}", file=sys.stderr, flush=True)
+    notices.say(f"Warning: {error}")
 
 
 LEDGER_CODES = frozenset({"ledger_busy", "ledger_unavailable", "settlement_conflict", "duplicate_attempt"})
@@ -418,7 +417,11 @@ class RoutedClaude(_Shared, llm.KeyModel):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)
         del key  # llm's single key (unrouted calls) lives on only inside the call, wrapped
-        yield from routed
+        notices.new_answer()
+        for event in routed:
+            if stream:
+                notices.streamed(event)
+            yield event
         if end.error is not None:
             raise routed_error(end.error)
 
@@ -569,7 +572,10 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         end = _End()
         routed = self._routed(prompt, stream, response, conversation, key, end)
         del key
+        notices.new_answer()
         async for event in routed:
+            if stream:
+                notices.streamed(event)
             yield event
         if end.error is not None:
             raise routed_error(end.error)

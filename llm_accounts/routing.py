@@ -26,6 +26,7 @@ from .retries import DEFAULT_RETRIES, Retries, sdk_retries
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown
 from .money import INT64_MAX
+from .records import clients_only, lists_client
 from .scrub import run_detector
 
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
@@ -235,7 +236,7 @@ class RoutedCall:
         """Past the wait bound: the money is held by attempts in flight, not spent."""
         message = selection.held_refusal(refusal.held, self.room.waited(time.monotonic()), self.room.bound_s)
         if "never moves by itself" in refusal.message:
-            message += "; a conversation never moves by itself (llm accounts rebind moves it)"
+            message += "; a conversation never moves by itself (llm accounts rebind)"
         return self._noted(AccountsError("budget_exhausted", message, account=refusal.account, held=refusal.held))
 
     def _retry(self, account, retry_after_s):
@@ -282,23 +283,33 @@ class RoutedCall:
         )
 
     def _explained(self, error):
-        """A ceiling larger than every budget can never be admitted: say why and what helps."""
-        budgets = [a.budget_nusd for a in self.accounts] + [
-            a.daily_budget_nusd for a in self.accounts if a.daily_budget_nusd is not None
+        """A ceiling larger than the room of every account that could take the prompt can never be
+        admitted: say why and what helps (docs/errors.md "Move-on that runs out"). Only then: an
+        account whose limits would hold the ceiling once spend resets or held money frees is
+        no reason to change the model (its refusal already names what fills it)."""
+        if error.code != "budget_exhausted":
+            return error
+        limits = [
+            _smallest_limit(a) for a in self.accounts
+            if (error.account is None or a.name == error.account)
+            and selection.serves(a, self.quote.requested_model)
+            and (not clients_only(a) or lists_client(a, self.client))
         ]
-        if error.code != "budget_exhausted" or not budgets or self.quote.ceiling_nusd <= min(budgets):
+        if not limits or any(self.quote.ceiling_nusd <= limit for limit in limits):
             return error
         model = self.revision.model(self.quote.requested_model)
         window = f"{model.context_window:,}-token" if model else "whole"
         small = self.revision.model(SMALL_WINDOW_MODEL)
         if model is not None and small is not None and small.context_window < model.context_window:
-            advice = f"choose a model with a smaller window (such as claude-routed/{SMALL_WINDOW_MODEL}) or raise the budget"
+            advice = f"try claude-routed/{SMALL_WINDOW_MODEL} (a smaller window) or raise the budget"
         else:
             advice = "lower -o max_tokens or raise the budget"
+        who = f"account '{error.account}' cannot take this prompt" if error.account else "no account can take this prompt"
+        bound = "; a conversation never moves by itself (llm accounts rebind)" if "never moves by itself" in error.message else ""
         return AccountsError(
             error.code,
-            f"{error.message}. The ceiling prices the model's {window} context window at its dearest input rate "
-            f"plus max_tokens, which is more than a budget here: {advice}",
+            f"{who}: its ceiling (up to {selection.money(self.quote.ceiling_nusd)}) prices the model's {window} window "
+            f"plus max_tokens, over {'its' if error.account else 'every'} budget; {advice}{bound}",
             account=error.account,
         )
 
@@ -632,6 +643,13 @@ def scope_for(conversation, prompt_id=None):
     if conversation is not None and getattr(conversation, "id", None):
         return Scope("conversation", str(conversation.id))
     return Scope("prompt", str(prompt_id or uuid.uuid4()))
+
+
+def _smallest_limit(account):
+    """The smaller of ``account``'s budget and daily budget (a client's cap too small for the
+    ceiling says so in its own refusal)."""
+    daily = getattr(account, "daily_budget_nusd", None)
+    return account.budget_nusd if daily is None else min(account.budget_nusd, daily)
 
 
 def _to_stderr(line):

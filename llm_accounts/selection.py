@@ -132,7 +132,10 @@ def out_of_credit(name, until=None):
     )
 
 
-FREE_HELD = "llm accounts attempts --open lists them, and llm accounts reconcile ATTEMPT settles one an interrupted prompt left open"
+# The block source of an answer that contradicted a manual reconcile (``ledger/settlement.py``).
+MANUAL_CONFLICT = "reconcile:"
+# The one command that frees room held by attempts left open with an unknown outcome.
+SETTLE_OPEN = "llm accounts reconcile --open --account {name} --cost USD --source REF"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,37 +192,53 @@ def _attempts(n):
     return f"{n} attempt{'' if n == 1 else 's'}"
 
 
-def budget_refusal(lim, who, period, resets):
-    """A budget_exhausted line naming, each on its own, what is spent, what is held in flight (and
-    by how many attempts), and what the reset changes: it frees spent budget, never a held ceiling
-    (docs/errors.md "budget_exhausted"). "Reached" is said only of a limit its spend has reached."""
+def budget_refusal(lim, who, period, resets, fix=None, account=None):
+    """A budget_exhausted line of about 200 characters naming the one cause that applies and the
+    one thing that helps (docs/errors.md "budget_exhausted"): the ceiling alone is larger than the
+    limit; the spend leaves too little (the reset frees spent budget, ``fix`` raises a limit that
+    is policy); attempts left open with an unknown outcome hold it (only a reconcile frees that);
+    or attempts in flight hold it, which settling frees (``-o wait``). "Reached" is said only of a
+    limit its spend has reached. The figures behind it are in ``llm accounts status``."""
     limit = f"{lim.limit:,}-token cap" if lim.tokens else f"{money(lim.limit)} {lim.noun}"
-    if lim.spent >= lim.limit:
-        head = f"{who} has reached its {limit} {period}"
-    else:
-        head = f"{who} cannot take this attempt (up to {lim.amount(lim.ceiling)}) within its {limit} {period}"
-    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
-    parts = [f"{lim.amount(lim.spent)} {'used' if lim.tokens else 'spent'}",
-             f"{lim.amount(lim.held)} held by {_attempts(in_flight)} in flight"]
-    if lim.counted.unknown_attempts:
-        parts.append(
-            f"{lim.amount(lim.counted.unknown)} held by {_attempts(lim.counted.unknown_attempts)} left open with an unknown outcome"
-        )
-    if lim.queued:
-        parts.append(f"{lim.amount(lim.ahead)} kept for {lim.queued} earlier prompt{'' if lim.queued == 1 else 's'} waiting for room")
+    need = f"this attempt (up to {lim.amount(lim.ceiling)})"
     if lim.ceiling > lim.limit:
         # No reset or settlement can make room: the attempt alone is larger than the limit.
-        tail = f"this attempt's ceiling alone is more than the {limit}, so no reset frees room for it"
-    elif lim.fits_spent():
-        tail = (
-            f"the reset at {when(resets)} does not free held ceilings: each frees when its attempt settles "
-            f"(-o wait SECONDS waits for that); {FREE_HELD}"
+        return f"{who} cannot take {need}: its ceiling alone is more than its {limit}; lower -o max_tokens"
+    if lim.spent + lim.ceiling > lim.limit:
+        spent = f"{lim.amount(lim.spent)} {'used' if lim.tokens else 'spent'}"
+        head = f"{who} has reached its {limit} {period} ({spent})" if lim.spent >= lim.limit else (
+            f"{who} cannot take {need} within its {limit} {period}: {spent}"
         )
-    else:
-        tail = f"the reset at {when(resets)} frees the spent budget; held ceilings free only when their attempts settle"
-        if lim.open:
-            tail += f" ({FREE_HELD})"
-    return f"{head}: {', '.join(parts)}; {tail}"
+        return f"{head}; the reset at {when(resets)} frees it" + (f", or raise it: {fix}" if fix else "")
+    spent = f" ({lim.amount(lim.spent)} {'used' if lim.tokens else 'spent'})" if lim.spent else ""
+    if lim.spent + lim.counted.unknown + lim.ceiling > lim.limit:
+        n = lim.counted.unknown_attempts
+        return (
+            f"{who} cannot take {need}: {lim.amount(lim.counted.unknown)} of its {limit} is held by {_attempts(n)} "
+            f"left open (unknown outcome){spent}; settle {'it' if n == 1 else 'them'}: {SETTLE_OPEN.format(name=account or 'NAME')}"
+        )
+    in_flight = lim.counted.attempts - lim.counted.unknown_attempts
+    held = f"{lim.amount(lim.held)} of its {limit} is held by {_attempts(in_flight)} in flight"
+    if lim.queued:
+        held += f" and {lim.amount(lim.ahead)} kept for {lim.queued} earlier waiting prompt{'' if lim.queued == 1 else 's'}"
+    return f"{who} cannot take {need} now: {held}{spent or ', not spent'}; -o wait SECONDS waits for room"
+
+
+def cause(verdict):
+    """A refused verdict's cause in a few words, for a refusal that names several accounts:
+    whether the ceiling, spend, attempts left open or attempts in flight fill a limit, else the
+    short form ``llm accounts ladder`` shows."""
+    lim = verdict.limit
+    if lim is None:
+        return verdict.reason
+    what = {"cap": "client cap"}.get(lim.noun, lim.noun)
+    if lim.ceiling > lim.limit:
+        return f"ceiling over its {what}"
+    if lim.spent + lim.ceiling > lim.limit:
+        return f"{what} spent"
+    if lim.spent + lim.counted.unknown + lim.ceiling > lim.limit:
+        return f"{what} held by attempts left open (llm accounts reconcile --open)"
+    return f"{what} held in flight"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,6 +255,9 @@ class Facts:
     weight: int | None = None
     block_reason: str | None = None
     blocked_at: str | None = None
+    # What recorded the block: ``reconcile:ATTEMPT`` for an answer that contradicted a manual
+    # reconcile (docs/errors.md "A guess that conflicts"); read for settlement_conflict only.
+    block_source: str | None = None
     month_row: bool = False
     budget_nusd: int | None = None
     daily_budget_nusd: int | None = None  # the daily budget in force at the latest admission
@@ -400,6 +422,14 @@ def verdict(
             "serves only its listed clients",
         )
     if f.block_reason:
+        if (f.block_source or "").startswith(MANUAL_CONFLICT):
+            attempt = f.block_source[len(MANUAL_CONFLICT):]
+            return v.refuse(
+                "account_blocked",
+                f"account '{name}' is blocked (settlement_conflict): attempt {attempt[:8]}'s answer differs from its "
+                f"manual reconcile; once checked (llm accounts adjust corrects it): llm accounts unblock {name}",
+                "blocked (settlement_conflict with a manual reconcile)",
+            )
         return v.refuse(
             "account_blocked",
             f"account '{name}' is blocked ({f.block_reason}); after checking it, run: llm accounts unblock {name}",
@@ -465,8 +495,8 @@ def verdict(
         if not lim.fits():
             v.limit = lim
             v.held = all(other.fits_spent() for other in limits)
-            who, period, resets = _words(lim, name, client, now)
-            return v.refuse("budget_exhausted", budget_refusal(lim, who, period, resets), _reason(lim, client))
+            who, period, resets, fix = _words(lim, name, client, now)
+            return v.refuse("budget_exhausted", budget_refusal(lim, who, period, resets, fix, name), _reason(lim, client))
     return v
 
 
@@ -508,14 +538,17 @@ def limits(account, f, budget, ceiling, client=None, day_totals=(0, 0), client_t
 
 
 def _words(lim, name, client, now):
-    """Whose limit it is, the period it covers and when that resets, for a refusal's message."""
+    """Whose limit it is, the period it covers, when that resets and the command that raises it
+    (none for the monthly budget: the credit period fixes it), for a refusal's message."""
     month = clock.credit_month(now)
     period_end = clock.credit_period(month)[1]
     if lim.noun == "budget":
-        return f"account '{name}'", f"for credit period {month}", period_end
+        return f"account '{name}'", f"for credit period {month}", period_end, None
     if lim.noun == "daily budget":
-        return f"account '{name}'", f"for {clock.utc_day(now)} UTC", clock.next_day_start(now)
-    return f"client '{client}'", f"on account '{name}' for credit period {month}", period_end
+        return f"account '{name}'", f"for {clock.utc_day(now)} UTC", clock.next_day_start(now), f"llm accounts set {name} --daily-budget USD"
+    amount = "Ntokens" if lim.tokens else "USD"
+    return (f"client '{client}' on account '{name}'", f"for credit period {month}", period_end,
+            f"llm accounts set {name} --client-cap {client}={amount}")
 
 
 def _reason(lim, client):
@@ -584,13 +617,11 @@ def held_summary(held):
 
 def held_refusal(held, waited_s, bound_s):
     """The budget_exhausted line of a prompt refused only by ceilings in flight, once its wait
-    (up to ``bound_s``, ``-o wait``) is over: the money is held, not spent, and how to free it."""
+    (up to ``bound_s``, ``-o wait``) is over: the money is held, not spent, and what helps: a
+    longer wait (docs/errors.md "budget_exhausted")."""
     spent = sum(h.spent_nusd for h in held)
-    waited = (
-        f"after waiting {waited_s:.0f} s (-o wait SECONDS or LLM_ACCOUNTS_WAIT waits longer)" if bound_s > 0
-        else "without waiting (-o wait 0 or LLM_ACCOUNTS_WAIT=0)"
-    )
-    return (
-        f"no room for this attempt {waited}: {held_summary(held)}, not spent "
-        f"({money(spent)} spent); each ceiling frees when its attempt settles; {FREE_HELD}"
-    )
+    if bound_s > 0:
+        waited, helps = f"after waiting {waited_s:.0f} s", "-o wait SECONDS (or LLM_ACCOUNTS_WAIT) waits longer"
+    else:
+        waited, helps = "without waiting", "-o wait SECONDS waits for them to settle"
+    return f"no room for this attempt {waited}: {held_summary(held)}, not spent ({money(spent)} spent); {helps}"

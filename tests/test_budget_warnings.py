@@ -125,6 +125,22 @@ def test_a_routed_prompt_past_a_threshold_warns_once_on_stderr(accounts, at_now)
     assert "budget warning" not in quiet.stderr
 
 
+def test_a_warning_after_a_streamed_answer_starts_on_its_own_line(accounts, at_now):
+    # Before: the answer's last line had no newline yet, so the warning was glued to it.
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    push_alpha_to(16_200_000_000)
+    warned = llm_cli("-m", ROUTED, "hi again", "-o", "account", "alpha")
+    answer, _ = warned.output.split("llm-accounts: budget warning")
+    assert answer.strip() and answer.endswith("\n") and not answer.endswith("\n\n")
+
+
+def test_a_warning_before_an_answer_that_was_not_streamed_adds_no_blank_line(accounts, at_now):
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    push_alpha_to(16_200_000_000)
+    warned = llm_cli("-m", ROUTED, "--no-stream", "hi again", "-o", "account", "alpha")
+    assert warned.output.startswith("llm-accounts: budget warning")
+
+
 def test_warn_at_off_says_nothing(accounts, at_now):
     save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO, warn_at=())], None)
     llm_cli("-m", ROUTED, "hi")
@@ -145,3 +161,31 @@ def test_status_check_exits_0_when_every_account_is_well(accounts, at_now):
     llm_cli("-m", ROUTED, "hi")
     result = llm_cli("accounts", "status", "--check")
     assert (result.exit_code, result.stderr) == (0, "")
+
+
+def test_status_check_exits_1_naming_why_when_no_account_can_take_a_default_prompt(accounts, at_now):
+    from llm_accounts.paths import ledger_path
+
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "beta")
+    with Ledger(ledger_path()) as ledger:
+        ledger.block("alpha", now=NOW)
+        ledger.adjust("adj-b", "beta", clock.credit_month(NOW), 19_900_000_000, "test: spend so far", now=NOW)
+    result = llm_cli("accounts", "status", "--check")
+    assert result.exit_code == 1
+    lines = [line for line in result.stderr.splitlines() if "cannot take a default prompt" in line]
+    assert lines == [
+        "llm-accounts: check: account 'alpha' cannot take a default prompt (up to $8.712): blocked (manual)",
+        "llm-accounts: check: account 'beta' cannot take a default prompt (up to $8.712): budget spent",
+    ]
+
+
+def test_status_check_names_no_account_when_one_can_take_a_default_prompt(accounts, at_now):
+    from llm_accounts.paths import ledger_path
+
+    llm_cli("-m", ROUTED, "hi", "-o", "account", "alpha")
+    with Ledger(ledger_path()) as ledger:
+        ledger.block("alpha", now=NOW)
+    result = llm_cli("accounts", "status", "--check")
+    assert "cannot take a default prompt" not in result.stderr
+    assert "llm-accounts: check: account 'alpha' is blocked (manual)" in result.stderr

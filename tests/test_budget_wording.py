@@ -13,6 +13,7 @@ from llm_accounts.ledger import Complete
 from llm_accounts.money import NANO
 
 # The ledger tests' instants, quotes and fixture (one account rule on both backends).
+from llm_accounts.ledger import Unknown
 from test_ledger import MODEL, T0, conv, ledger, quote  # noqa: F401 (ledger: a fixture)
 
 USAGE = {"input_tokens": 100, "output_tokens": 20}
@@ -29,8 +30,7 @@ def test_a_refusal_by_ceilings_in_flight_names_them_and_how_many_attempts_hold_t
     ledger.reserve(conv("c2"), "a2", quote(NANO // 4), [work], now=T0)
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(NANO // 2), [work], now=T0))
     assert error.code == "budget_exhausted"
-    assert "$0.00 spent" in error.message
-    assert "$0.75 held by 2 attempts in flight" in error.message
+    assert "$0.75 of its $1.00 budget is held by 2 attempts in flight, not spent" in error.message
 
 
 def test_a_refusal_by_ceilings_in_flight_never_says_the_budget_is_reached(ledger, work):
@@ -39,12 +39,30 @@ def test_a_refusal_by_ceilings_in_flight_never_says_the_budget_is_reached(ledger
     assert "reached" not in error.message
 
 
-def test_a_refusal_by_ceilings_in_flight_says_the_reset_does_not_free_them_and_how_to_free_them(ledger, work):
+def test_a_refusal_by_ceilings_in_flight_names_no_reset_and_says_waiting_frees_them(ledger, work):
     ledger.reserve(conv("c1"), "a1", quote(NANO), [work], now=T0)
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [work], now=T0))
-    assert "the reset at 2026-11-30 00:00 UTC does not free held ceilings" in error.message
-    assert "llm accounts attempts --open" in error.message
-    assert "llm accounts reconcile" in error.message
+    assert "reset" not in error.message
+    assert error.message.endswith("not spent; -o wait SECONDS waits for room")
+
+
+def test_a_refusal_by_ceilings_left_open_names_them_and_the_command_that_settles_them(ledger, work):
+    ledger.reserve(conv("c1"), "a1", quote(NANO // 2), [work], now=T0)
+    ledger.settle("a1", Unknown("cancelled"), now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(NANO), [work], now=T0))
+    assert "$0.50 of its $1.00 budget is held by 1 attempt left open (unknown outcome)" in error.message
+    assert error.message.endswith("settle it: llm accounts reconcile --open --account work --cost USD --source REF")
+
+
+@pytest.mark.parametrize("spent, held", [(0, NANO), (NANO - 5, 0), (NANO // 2, NANO // 2)])
+def test_every_budget_refusal_is_one_short_line(ledger, work, spent, held):
+    if spent:
+        ledger.reserve(conv("c0"), "s1", quote(spent), [work], now=T0)
+        ledger.settle("s1", Complete(spent, USAGE, MODEL), now=T0)
+    if held:
+        ledger.reserve(conv("c1"), "a1", quote(held), [work], now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(NANO // 4), [work], now=T0))
+    assert "\n" not in error.message and len(error.message) <= 230, error.message
 
 
 def test_a_refusal_by_spend_says_what_the_reset_frees(ledger, work):
@@ -52,8 +70,8 @@ def test_a_refusal_by_spend_says_what_the_reset_frees(ledger, work):
     ledger.settle("a1", Complete(NANO - 5, USAGE, MODEL), now=T0)
     error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(10), [work], now=T0))
     assert "$0.999999995 spent" in error.message
-    assert "$0.00 held by 0 attempts in flight" in error.message
-    assert "the reset at 2026-11-30 00:00 UTC frees the spent budget" in error.message
+    assert "held" not in error.message
+    assert "the reset at 2026-11-30 00:00 UTC frees it" in error.message
     assert "reconcile" not in error.message
 
 
@@ -70,9 +88,8 @@ def test_a_daily_budget_refusal_with_nothing_spent_does_not_say_budget_reached(l
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [capped], now=T0))
     assert error.code == "budget_exhausted"
     assert "reached" not in error.message
-    assert "$0.00 spent, $1.00 held by 1 attempt in flight" in error.message
-    assert "daily budget for 2026-11-10 UTC" in error.message
-    assert "the reset at 2026-11-11 00:00 UTC does not free held ceilings" in error.message
+    assert "$1.00 of its $1.00 daily budget is held by 1 attempt in flight, not spent" in error.message
+    assert "reset" not in error.message
 
 
 def test_a_daily_budget_fully_spent_says_it_is_reached_and_when_it_resets(ledger):
@@ -80,8 +97,8 @@ def test_a_daily_budget_fully_spent_says_it_is_reached_and_when_it_resets(ledger
     ledger.reserve(conv("c1"), "a1", quote(NANO), [capped], now=T0)
     ledger.settle("a1", Complete(NANO, USAGE, MODEL), now=T0)
     error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(1), [capped], now=T0))
-    assert "has reached its $1.00 daily budget for 2026-11-10 UTC" in error.message
-    assert "the reset at 2026-11-11 00:00 UTC frees the spent budget" in error.message
+    assert "has reached its $1.00 daily budget for 2026-11-10 UTC ($1.00 spent)" in error.message
+    assert "the reset at 2026-11-11 00:00 UTC frees it, or raise it: llm accounts set capped --daily-budget USD" in error.message
 
 
 def test_a_client_cap_refusal_names_its_held_ceilings_apart_from_spend(ledger):
@@ -90,5 +107,5 @@ def test_a_client_cap_refusal_names_its_held_ceilings_apart_from_spend(ledger):
     ledger.settle("a1", Complete(NANO // 4, USAGE, MODEL), now=T0)
     ledger.reserve(conv("c2"), "a2", quote(NANO // 2), [work], client="ci", now=T0)
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(NANO // 2), [work], client="ci", now=T0))
-    assert "client 'ci'" in error.message
-    assert "$0.25 spent, $0.50 held by 1 attempt in flight" in error.message
+    assert "client 'ci' on account 'work'" in error.message
+    assert "$0.50 of its $1.00 cap is held by 1 attempt in flight ($0.25 spent)" in error.message

@@ -95,11 +95,9 @@ def test_one_token_over_a_clients_token_cap_is_refused_naming_use_open_cap_and_r
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(500_001), [work], client="ci", now=T0))
     assert error.code == "budget_exhausted"
     assert str(error) == (
-        "budget_exhausted: no account can take a new conversation: client 'ci' cannot take this attempt (up to "
-        "500,001 tokens) within its 1,000,000-token cap on account 'work' for credit period 2026-11: 300,000 tokens "
-        "used, 200,000 tokens held by 1 attempt in flight; the reset at 2026-11-30 00:00 UTC does not free held "
-        "ceilings: each frees when its attempt settles (-o wait SECONDS waits for that); llm accounts attempts --open "
-        "lists them, and llm accounts reconcile ATTEMPT settles one an interrupted prompt left open"
+        "budget_exhausted: no account can take a new conversation: client 'ci' on account 'work' cannot take this "
+        "attempt (up to 500,001 tokens) now: 200,000 tokens of its 1,000,000-token cap is held by 1 attempt in flight "
+        "(300,000 tokens used); -o wait SECONDS waits for room"
     )
 
 
@@ -117,7 +115,7 @@ def test_an_unknown_outcome_keeps_its_token_ceiling(ledger):
     ledger.reserve(conv("c1"), "a1", quote(600_000), [work], client="ci", now=T0)
     assert ledger.settle("a1", Unknown("stream_truncated"), now=T0) == "still_open"
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(400_001), [work], client="ci", now=T0))
-    assert "0 tokens used, 0 tokens held by 0 attempts in flight, 600,000 tokens held by 1 attempt left open with an unknown outcome" in str(error)
+    assert "600,000 tokens of its 1,000,000-token cap is held by 1 attempt left open (unknown outcome); settle it" in str(error)
 
 
 def test_a_refused_or_unsent_attempt_bills_no_tokens(ledger):
@@ -141,9 +139,9 @@ def test_a_reconciled_attempt_keeps_its_token_ceiling_counted(ledger):
 def test_dollar_and_token_caps_on_one_client_are_both_checked(ledger):
     work = token_capped(dollars=(("ci", 10),))
     error = refusal(lambda: ledger.reserve(conv("c1"), "a1", quote(1, ceiling=11), [work], client="ci", now=T0))
-    assert "$0.000000011" in str(error) and "its $0.00000001 cap on account 'work'" in str(error)
+    assert "client 'ci' on account 'work' cannot take this attempt (up to $0.000000011): its ceiling alone is more than its $0.00000001 cap" in str(error)
     error = refusal(lambda: ledger.reserve(conv("c1"), "a1", quote(TOKEN_CAP + 1, ceiling=10), [work], client="ci", now=T0))
-    assert "within its 1,000,000-token cap on account 'work'" in str(error)
+    assert "(up to 1,000,001 tokens): its ceiling alone is more than its 1,000,000-token cap" in str(error)
 
 
 def test_a_token_cap_limits_only_its_client_on_its_account(ledger):
@@ -193,10 +191,9 @@ def test_a_bound_conversation_over_its_token_cap_is_refused_with_the_exact_messa
     error = refusal(lambda: ledger.reserve(conv("c1"), "a2", quote(700_001), [work, home], client="ci", now=T0))
     assert (error.code, error.account) == ("budget_exhausted", "work")
     assert str(error) == (
-        "budget_exhausted: client 'ci' cannot take this attempt (up to 700,001 tokens) within its 1,000,000-token "
-        "cap on account 'work' for credit period 2026-11: 300,000 tokens used, 0 tokens held by 0 attempts in flight; "
-        "the reset at 2026-11-30 00:00 UTC frees the spent budget; held ceilings free only when their attempts settle; "
-        "a conversation never moves by itself (llm accounts rebind moves it)"
+        "budget_exhausted: client 'ci' on account 'work' cannot take this attempt (up to 700,001 tokens) within its "
+        "1,000,000-token cap for credit period 2026-11: 300,000 tokens used; the reset at 2026-11-30 00:00 UTC frees it, "
+        "or raise it: llm accounts set work --client-cap ci=Ntokens; a conversation never moves by itself (llm accounts rebind)"
     )
 
 
@@ -457,11 +454,10 @@ def test_llm_c_over_the_token_cap_is_refused_with_the_exact_message(accounts, le
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert line == (
-        f"Error: budget_exhausted: client 'ci-bot' cannot take this attempt (up to {PROMPT_CEILING:,} tokens) "
-        f"within its {PROMPT_CEILING:,}-token cap on account 'alpha' for credit period {first['month_utc']}: "
-        f"{first['tokens']:,} tokens used, 0 tokens held by 0 attempts in flight; the reset at "
-        f"{clock.credit_period(first['month_utc'])[1]:%Y-%m-%d %H:%M} UTC frees the spent budget; held ceilings free "
-        "only when their attempts settle; a conversation never moves by itself (llm accounts rebind moves it)"
+        f"Error: budget_exhausted: client 'ci-bot' on account 'alpha' cannot take this attempt (up to {PROMPT_CEILING:,} "
+        f"tokens) within its {PROMPT_CEILING:,}-token cap for credit period {first['month_utc']}: {first['tokens']:,} "
+        f"tokens used; the reset at {clock.credit_period(first['month_utc'])[1]:%Y-%m-%d %H:%M} UTC frees it, or raise "
+        "it: llm accounts set alpha --client-cap ci-bot=Ntokens; a conversation never moves by itself (llm accounts rebind)"
     )
     assert len(accounts.requests) == 1
 

@@ -224,7 +224,44 @@ def test_a_ceiling_over_every_budget_never_suggests_the_model_in_use(accounts, u
 def test_a_ceiling_over_every_budget_on_a_large_window_suggests_a_smaller_one(accounts, user_path):
     save_accounts_file([Account("alpha", "ALPHA_KEY", NANO)], None)
     line = one_line(llm_cli("-m", "claude-routed/claude-sonnet-4-6", "hello"))
-    assert "choose a model with a smaller window (such as claude-routed/claude-haiku-4-5) or raise the budget" in line
+    assert "try claude-routed/claude-haiku-4-5 (a smaller window) or raise the budget" in line
+
+
+def test_a_ceiling_that_fits_a_budget_whose_room_is_held_never_advises_a_smaller_model(
+    accounts, user_path, ledger_path, monkeypatch
+):
+    # Before: the ceiling ($8.712) was compared with the smallest budget of any account (beta's
+    # $1.00), so $18 merely held on alpha's $20 budget got "choose a model with a smaller window".
+    import datetime as dt
+
+    from llm_accounts import clock
+    from llm_accounts.ledger import Ledger, Scope, Unknown
+    from llm_accounts.pricing import Quote
+
+    now = dt.datetime(2027, 1, 10, 12, tzinfo=dt.timezone.utc)
+    monkeypatch.setattr(clock, "now", lambda: now)
+    alpha = Account("alpha", "ALPHA_KEY", 20 * NANO)
+    save_accounts_file([alpha, Account("beta", "BETA_KEY", NANO)], None)
+    with Ledger(ledger_path) as ledger:
+        ledger.reserve(Scope("conversation", "held"), "held-1", Quote("claude-sonnet-4-6", 18 * NANO, "2026-11-29", "ab" * 32),
+                       [alpha], now=now)
+        ledger.settle("held-1", Unknown("cancelled"), now=now)
+    line = one_line(llm_cli("-m", "claude-routed/claude-sonnet-4-6", "hello"))
+    assert line == (
+        "Error: budget_exhausted: no account can take a new conversation: alpha: budget held by attempts left open "
+        "(llm accounts reconcile --open); beta: ceiling over its budget; llm accounts status shows why"
+    )
+
+
+def test_a_ceiling_over_the_budget_of_every_account_that_could_take_it_advises_a_smaller_model(accounts, user_path):
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 5 * NANO), Account("beta", "BETA_KEY", NANO)], None)
+    line = one_line(llm_cli("-m", "claude-routed/claude-sonnet-4-6", "hello"))
+    assert line == (
+        "Error: budget_exhausted: no account can take this prompt: its ceiling (up to $8.712) prices the model's "
+        "1,000,000-token window plus max_tokens, over every budget; try claude-routed/claude-haiku-4-5 (a smaller window) "
+        "or raise the budget"
+    )
+    assert len(line.split(": ", 2)[2]) <= 215
 
 
 @pytest.mark.parametrize("delta", ["abc", "0", "-"])

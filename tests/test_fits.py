@@ -83,10 +83,18 @@ def test_an_account_that_does_not_serve_the_default_model_is_not_warned_about_it
     assert warned(result) == []
 
 
-def test_status_warns_about_each_declared_account_and_still_shows_the_table():
+def test_status_says_nothing_of_a_declaration_warning_without_verbose():
+    # Before: every run printed it, so a cron job running status was mailed it every time.
+    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    result = run("status")
+    assert result.exit_code == 0
+    assert warned(result) == []
+
+
+def test_status_verbose_warns_about_each_declared_account_and_still_shows_the_table():
     run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
     run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00")
-    result = run("status")
+    result = run("status", "--verbose")
     assert result.exit_code == 0
     assert [line.split("'")[1] for line in warned(result)] == ["small"]
     assert any(line.startswith("small ") for line in result.stdout.splitlines())

@@ -255,3 +255,54 @@ def test_reconcile_open_leaves_an_attempt_still_running_alone(declared):
     assert [attempt for attempt, _, _ in reconciliations()] == ["a1", "a2", "a3"]
     with Ledger() as ledger:
         assert sorted(row["id"] for row in ledger.open_attempts()) == ["h1", "r1"]
+
+
+def test_reconcile_open_settles_only_the_model_named(declared):
+    reserve("s1", "c1", pinned="work")
+    settle("s1", Unknown("stream_closed"))
+    with Ledger() as ledger:
+        ledger.reserve(Scope("conversation", "c2"), "h1", Quote("claude-haiku-4-5", 1_000_000, "2026-11-01", "ab" * 32),
+                       load_declaration().accounts, pinned="work")
+        ledger.settle("h1", Unknown("stream_closed"))
+    result = run("reconcile", "--open", "--account", "work", "--model", "claude-haiku-4-5", "--cost", "0", "--source", "console")
+    assert result.exit_code == 0, result.output
+    assert [attempt for attempt, _, _ in reconciliations()] == ["h1"]
+
+
+def test_reconcile_open_settles_only_attempts_between_since_and_until(declared, monkeypatch):
+    for day, attempt in ((9, "d9"), (10, "d10"), (11, "d11")):
+        monkeypatch.setattr(clock, "now", lambda day=day: NOW.replace(day=day))
+        reserve(attempt, f"c{day}", pinned="home")
+        settle(attempt, Unknown("stream_closed"))
+    monkeypatch.setattr(clock, "now", lambda: NOW.replace(day=12))
+    result = run("reconcile", "--open", "--account", "home", "--since", "2026-11-10", "--until", "2026-11-10",
+                 "--cost", "0", "--source", "console")
+    assert result.exit_code == 0, result.output
+    assert [attempt for attempt, _, _ in reconciliations()] == ["d10"]
+
+
+@pytest.mark.parametrize("option", ["--since", "--until"])
+def test_reconcile_open_refuses_a_time_that_is_not_iso_in_one_line_without_repeating_it(declared, option):
+    result = run("reconcile", "--open", "--account", "work", option, "last-tuesday", "--cost", "0", "--source", "x")
+    assert result.exit_code == 1
+    assert result.output == (
+        f"Error: declaration_invalid: {option}: must be an ISO date (2026-12-01) or instant (2026-12-01T09:30:00Z)\n"
+    )
+
+
+def test_reconcile_options_that_narrow_open_attempts_go_with_open(declared):
+    result = run("reconcile", "a1", "--dry-run", "--cost", "0", "--source", "x")
+    assert result.output == "Error: declaration_invalid: --model, --since, --until and --dry-run: go with --open\n"
+
+
+def test_reconcile_open_dry_run_lists_what_it_would_settle_and_the_total_and_writes_nothing(declared):
+    open_three()
+    reserve("r1", "c5", pinned="work")  # in flight: left alone, dry run or not
+    result = run("reconcile", "--open", "--account", "work", "--cost", "0.01", "--dry-run")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split()[3] for line in lines if line.startswith("Would settle attempt")] == ["a1", "a2", "a3"]
+    assert lines[-1] == "3 open attempts of work holding $0.75 would be settled at $0.03 in all; nothing was written"
+    assert reconciliations() == []
+    with Ledger() as ledger:
+        assert len(ledger.open_attempts()) == 5

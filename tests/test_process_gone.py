@@ -150,7 +150,7 @@ def test_a_prompt_does_not_wait_for_the_ceiling_of_a_killed_process(accounts, le
     assert waits == []  # before: polls until the 30 s bound, then "held by 1 attempt in flight"
     assert "attempt lost-1 keeps" in result.output and "the process that sent it is gone" in result.output
     [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert error.startswith("Error: budget_exhausted") and "held by 1 attempt left open with an unknown outcome" in error
+    assert error.startswith("Error: budget_exhausted") and "held by 1 attempt left open (unknown outcome)" in error
     assert [(row["id"], row["outcome"], row["state"]) for row in attempts(ledger_path)] == [("lost-1", "cancelled", "open")]
 
 

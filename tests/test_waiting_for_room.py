@@ -202,7 +202,8 @@ def test_a_ceiling_left_open_with_an_unknown_outcome_is_not_waited_for(ledger, w
     ledger.reserve(conv("c2"), "a2", quote(NANO // 4), [work], now=T0)
     error = refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(3 * NANO // 4), [work], now=T0))
     assert (error.code, error.held) == ("budget_exhausted", ())
-    assert "$0.25 held by 1 attempt in flight, $0.50 held by 1 attempt left open with an unknown outcome" in error.message
+    assert "$0.50 of its $1.00 budget is held by 1 attempt left open (unknown outcome)" in error.message
+    assert error.message.endswith("settle it: llm accounts reconcile --open --account work --cost USD --source REF")
 
 
 def test_room_held_in_flight_beside_a_ceiling_left_open_is_waited_for(ledger, work):

@@ -104,7 +104,7 @@ def test_past_its_bound_a_prompt_says_the_money_is_held_not_spent_and_how_to_fre
     assert process.returncode == 1
     assert line.startswith("Error: budget_exhausted: no room for this attempt after waiting ")
     assert "$5.00 held by 1 attempt in flight on alpha, not spent ($0.00 spent)" in line
-    assert "llm accounts attempts --open" in line and "llm accounts reconcile" in line
+    assert line.endswith("; -o wait SECONDS (or LLM_ACCOUNTS_WAIT) waits longer")
     assert accounts.requests == []
 
 

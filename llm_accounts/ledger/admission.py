@@ -160,7 +160,7 @@ def bound_verdict(conn, scope, name, pinned, declared, facts, quote, day, now, c
         )
     verdict = account_verdict(conn, scope.provider, declared[name], facts, quote, day, now, client, older)
     if verdict.code and verdict.code != "account_config_conflict":
-        verdict.message += "; a conversation never moves by itself (llm accounts rebind moves it)"
+        verdict.message += "; a conversation never moves by itself (llm accounts rebind)"
     return verdict
 
 
@@ -216,7 +216,14 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
     fit = [v for v in found if not v.code]
     if not fit:
         codes = {v.code for v in found}
-        reasons = "; ".join(v.message for v in found) or "no untried account is declared"
+        # One account: its own line. Several: each one's cause in a few words, the figures in
+        # llm accounts status (docs/errors.md "One line").
+        if len(found) == 1:
+            reasons = found[0].message
+        elif found:
+            reasons = "; ".join(f"{v.account.name}: {selection.cause(v)}" for v in found) + "; llm accounts status shows why"
+        else:
+            reasons = "no untried account is declared"
         code = next(
             (c for c in ("budget_exhausted", "account_config_conflict") if c in codes), "no_account_available"
         )

@@ -56,6 +56,9 @@ WHERE t.id = ?1
 
 _FACTS_SQL = f"""
 SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
+       CASE WHEN a.block_reason = 'settlement_conflict' THEN (SELECT j.source_ref FROM adjustment j
+         WHERE j.provider = a.provider AND j.account = a.name AND j.kind = 'block'
+         ORDER BY j.created_at DESC LIMIT 1) END AS block_source,
        m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
        m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
        (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
@@ -148,6 +151,7 @@ def _facts_from_row(row, now, full=True, model=None):
         weight=row["weight"],
         block_reason=row["block_reason"],
         blocked_at=row["blocked_at"],
+        block_source=row["block_source"],
         month_row=row["budget_nusd"] is not None,
         budget_nusd=row["budget_nusd"],
         daily_budget_nusd=row["daily_budget_nusd"],

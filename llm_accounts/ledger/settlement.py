@@ -52,6 +52,24 @@ def settle(conn, host, attempt_id, evidence, fields, cert, hour_after_key, serve
             return "already_settled"
         # Differing final evidence blocks the account; the original row stays
         # (docs/architecture.md "Ceilings and settlement").
+        manual = conn.execute(
+            "SELECT source_ref FROM adjustment WHERE attempt_id = ? AND kind = 'reconciliation'", (attempt_id,)
+        ).fetchone()
+        if manual is not None and not manual[0].startswith("usage_report:"):
+            # The user's own guess came first: every prompt the block refuses says so, and how
+            # to clear it (docs/errors.md "A guess that conflicts").
+            writes.block(conn, provider, name, row["block_reason"], "settlement_conflict",
+                         f"{selection.MANUAL_CONFLICT}{attempt_id}", ts)
+            return core.Deferred(
+                AccountsError(
+                    "settlement_conflict",
+                    f"the answer cost differs from the manual reconcile of this attempt "
+                    f"({selection.money(row['cost_nusd'])}); account '{name}' is blocked until checked "
+                    f"(llm accounts adjust corrects it, then llm accounts unblock {name})",
+                    account=name,
+                    attempt_id=attempt_id,
+                )
+            )
         writes.block(conn, provider, name, row["block_reason"], "settlement_conflict", f"attempt:{attempt_id}", ts)
         return core.Deferred(
             AccountsError(
