@@ -522,6 +522,11 @@ COLUMNS = [
     # (NULL before these columns: such an attempt is never settled from a report).
     ("attempt", "max_output", "INTEGER"),
     ("attempt", "max_web_searches", "INTEGER"),
+    # A waiter's client label and token ceiling: a waiter its own client's caps keep out of an
+    # account is owed no room there (docs/architecture.md "Waiting for room"). NULL on a place
+    # queued before these columns, which counts as before.
+    ("waiter", "client", "TEXT"),
+    ("waiter", "ceiling_tokens", "INTEGER CHECK (ceiling_tokens IS NULL OR ceiling_tokens >= 0)"),
 ]
 
 # Run once when any of the month totals is added to an older ledger: recompute them from its rows.
