@@ -4,7 +4,7 @@ for room").
 A prompt refused only by ceilings in flight waits, holding no lock, transaction or connection to
 the ledger, and reserves again when woken: by ``signal(ledger)``, which every write that may free
 room calls once it has committed (a settlement, a reconciliation, an adjustment, an unblock, a
-waiter giving up its place, a lowered ceiling), or else after ``FALLBACK_S`` (the safety net for
+waiter giving up its place, a lowered ceiling), or else after ``room.FALLBACK_S`` (the safety net for
 what no write signals: a dead waiter's place expiring).
 
 - **SQLite** (one machine): each process that has prompts waiting binds one Unix datagram socket
@@ -35,11 +35,6 @@ import stat
 import threading
 
 from .. import ledger as package
-
-#: A woken prompt reserves again at once; without a wake-up it reserves again after this (plus
-#: jitter): a dead waiter's place expires unsignalled (``admission.WAITER_TTL``, 10 s), and a
-#: waiter renews its own place once half of that is gone, so this stays well below 5 s.
-FALLBACK_S = 2.0
 SUFFIX = "-waiters"
 SOCKET_SUFFIX = ".sock"
 # sockaddr_un's path is 108 bytes on Linux; a longer one is reached through /proc/self/fd.
@@ -67,7 +62,7 @@ def signal(ledger):
             _notify(ledger)
         elif ledger.path is not None:
             send_all(directory(ledger.path))
-    except Exception:  # a wake-up lost is a wait until FALLBACK_S, never a failed write
+    except Exception:  # a wake-up lost is a wait until room.FALLBACK_S, never a failed write
         pass
 
 
@@ -240,7 +235,7 @@ class Hub:
                 self.source.drain()
                 self.wake()
         except Exception:
-            # The source failed: waiters fall back to FALLBACK_S; the hub is replaced on next use.
+            # The source failed: waiters fall back to room.FALLBACK_S; the hub is replaced on next use.
             with _hubs_lock:
                 if _hubs.get(self.key) is self:
                     del _hubs[self.key]
