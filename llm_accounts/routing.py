@@ -248,6 +248,8 @@ class RoutedCall:
             except AccountsError:
                 pass  # its place expires by itself (ledger.WAITER_TTL)
             return False
+        if self.wake is not None:
+            self.wake.refused()  # a wake-up that found no room here may find some for the next
         if self._stop_wake is None:
             # The first refusal: listen for wake-ups, then reserve again at once, so room freed
             # between that refusal and listening is not missed (ledger/wakeup.py).

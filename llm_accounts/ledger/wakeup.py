@@ -17,9 +17,9 @@ what no write signals: a dead waiter's place expiring).
   that ``LISTEN``s on it, the one exception to "waiting holds no connection".
 
 Within a process one ``Hub`` per ledger serves every waiting prompt, sync or async: one socket or
-listening connection and one thread that sleeps on it and wakes them all (a counter each compares
-with the value it saw before its last reservation, so a signal between that reservation and the
-wait is never lost). Where no wake-up can be had (a ledger path too long for a socket, a
+listening connection and one thread that sleeps on it and wakes the prompt that has waited
+longest, which passes the wake-up on once it stops waiting (a flag cleared before each of its
+reservations, so a signal between that reservation and the wait is never lost). Where no wake-up can be had (a ledger path too long for a socket, a
 directory that is not private, no listening connection), ``subscribe`` returns None and the
 prompt polls as it did before (``room.Wait``).
 """
@@ -39,6 +39,9 @@ SUFFIX = "-waiters"
 SOCKET_SUFFIX = ".sock"
 # sockaddr_un's path is 108 bytes on Linux; a longer one is reached through /proc/self/fd.
 _MAX_PATH = 100
+
+#: How many waiting prompts of a process a wake-up that finds no room for them reaches, one after another.
+RELAY_HOPS = 3
 
 NOTIFY_SQL = "SELECT pg_notify(:channel, '') WHERE EXISTS (SELECT 1 FROM waiter)"
 
@@ -213,15 +216,22 @@ class _ListenSource:
 
 class Hub:
     """One process's wake-ups for one ledger: a source (socket or listening connection), a
-    thread that sleeps on it, and a counter of wake-ups every waiting prompt compares."""
+    thread that sleeps on it, and the process's waiting prompts in the order they began to wait.
+
+    A wake-up goes to the prompt that has waited longest only; the baton passes on when that
+    prompt stops waiting (admitted, or giving up), since room may be left for the next. A prompt
+    refused again passes it on at most ``RELAY_HOPS`` times: room goes to waiters in the ledger's
+    arrival order (``selection.ahead``), which this process's order follows but for prompts that
+    began to wait together, so a later one on the same accounts would mostly be refused too; the
+    others reserve again at their fallback (``room.FALLBACK_S``). Waking every prompt at each settlement made a batch of a hundred async
+    prompts spend twice the CPU that polling did (bench/daily.py)."""
 
     def __init__(self, key, source):
         self.key = key
         self.source = source
-        self.generation = 0
         self.users = 0
         self.condition = threading.Condition()
-        self.futures = set()  # (loop, future) of async prompts waiting now
+        self.queue = []  # subscriptions, oldest first
         self._stop_r, self._stop_w = os.pipe()
         self.thread = threading.Thread(target=self._run, name="llm-accounts wake-ups", daemon=True)
         self.thread.start()
@@ -243,16 +253,13 @@ class Hub:
             self.source.close()
             os.close(self._stop_r)
 
-    def wake(self):
+    def wake(self, after=None, hops=RELAY_HOPS):
+        """Wake the prompt that has waited longest (after ``after``, when it passes the wake-up on)."""
         with self.condition:
-            self.generation += 1
-            self.condition.notify_all()
-            futures, self.futures = self.futures, set()
-        for loop, future in futures:
-            try:
-                loop.call_soon_threadsafe(_resolve, future)
-            except RuntimeError:
-                pass  # its loop has closed
+            start = self.queue.index(after) + 1 if after in self.queue else 0
+            head = self.queue[start] if start < len(self.queue) else None
+        if head is not None:
+            head.poke(hops)
 
     def stop(self):
         try:
@@ -260,6 +267,8 @@ class Hub:
         except OSError:
             pass  # the thread has ended already
         os.close(self._stop_w)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(5)  # its socket is gone when the last prompt stops waiting
 
 
 def _resolve(future):
@@ -277,24 +286,45 @@ class Subscription:
 
     def __init__(self, hub):
         self.hub = hub
-        self.seen = hub.generation
+        self.woken = False
         self.closed = False
+        self.future = None  # (loop, future) while an async prompt waits
+        self.hops = None  # how far a wake-up this prompt holds may still go when it is refused
 
     def mark(self):
-        self.seen = self.hub.generation
+        with self.hub.condition:
+            self.woken = False
+
+    def refused(self):
+        """A reservation after a wake-up found no room: pass the wake-up on, while it may go."""
+        hops, self.hops = self.hops, None
+        if hops:
+            self.hub.wake(after=self, hops=hops - 1)
+
+    def poke(self, hops=0):
+        with self.hub.condition:
+            self.hops = hops
+            self.woken = True
+            self.hub.condition.notify_all()
+            entry, self.future = self.future, None
+        if entry is not None:
+            loop, future = entry
+            try:
+                loop.call_soon_threadsafe(_resolve, future)
+            except RuntimeError:
+                pass  # its loop has closed
 
     def wait(self, timeout):
         with self.hub.condition:
-            return self.hub.condition.wait_for(lambda: self.hub.generation != self.seen, timeout)
+            return self.hub.condition.wait_for(lambda: self.woken, timeout)
 
     async def wait_async(self, timeout):
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        entry = (loop, future)
         with self.hub.condition:
-            if self.hub.generation != self.seen:
+            if self.woken:
                 return True
-            self.hub.futures.add(entry)
+            self.future = (loop, future)
         try:
             await asyncio.wait_for(future, timeout)
             return True
@@ -302,18 +332,26 @@ class Subscription:
             return False
         finally:
             with self.hub.condition:
-                self.hub.futures.discard(entry)
+                if self.future is not None and self.future[1] is future:
+                    self.future = None
 
     def close(self):
+        """Stop waiting: the baton passes to the prompt that has waited longest after this one."""
         if self.closed:
             return
         self.closed = True
+        hub = self.hub
+        with hub.condition:
+            if self in hub.queue:
+                hub.queue.remove(self)
+        hub.wake()
         with _hubs_lock:
-            self.hub.users -= 1
-            if self.hub.users == 0:
-                if _hubs.get(self.hub.key) is self.hub:
-                    del _hubs[self.hub.key]
-                self.hub.stop()
+            hub.users -= 1
+            last = hub.users == 0
+            if last and _hubs.get(hub.key) is hub:
+                del _hubs[hub.key]
+        if last:
+            hub.stop()
 
 
 def subscribe(ledger):
@@ -331,7 +369,10 @@ def subscribe(ledger):
             if hub is None:
                 hub = _hubs[key] = Hub(key, _source(ledger, key))
             hub.users += 1
-            return Subscription(hub)
+            subscription = Subscription(hub)
+            with hub.condition:
+                hub.queue.append(subscription)
+            return subscription
     except Exception:
         return None
 
