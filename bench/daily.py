@@ -45,6 +45,7 @@ import importlib.util
 import json
 import os
 import pathlib
+import resource
 import secrets
 import sqlite3
 import statistics
@@ -253,6 +254,7 @@ def run_scenario(name, budget_usd, count, how, location, delay, wait):
         instrument(location)
         me = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker"]
         started = time.monotonic()
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         if how == "cli":
             processes = [
                 subprocess.Popen([*me, "cli", str(waits_log), "-m", "claude-routed", f"Prompt {i}"], env=env,
@@ -260,6 +262,7 @@ def run_scenario(name, budget_usd, count, how, location, delay, wait):
                 for i in range(count)
             ]
             results = [(p.wait(timeout=1800), p.stderr.read()) for p in processes]
+            notices = sum(err.count("llm-accounts: waiting for") for _, err in results)
             completed = sum(code == 0 for code, _ in results)
             errors = [err.strip().splitlines()[-1] for code, err in results if code != 0 and err.strip()]
         else:
@@ -268,7 +271,11 @@ def run_scenario(name, budget_usd, count, how, location, delay, wait):
             lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
             completed = sum(line["outcome"] == "complete" for line in lines)
             errors = [line for line in done.stderr.splitlines() if line.startswith("prompt ")]
+            notices = done.stderr.count("llm-accounts: waiting for")
         elapsed = time.monotonic() - started
+        # CPU seconds (user + system) of every prompt process: what waiting costs beside answers.
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu_after.ru_utime - cpu_before.ru_utime) + (cpu_after.ru_stime - cpu_before.ru_stime)
         served = [r for r in server.requests if r["path"] == "/v1/messages" and r["status"] == 200]
     waits = [json.loads(line)["wait"] for line in waits_log.read_text().splitlines()] if waits_log.exists() else []
     log = commit_log(location)
@@ -276,6 +283,7 @@ def run_scenario(name, budget_usd, count, how, location, delay, wait):
     return {
         "scenario": name, "completed": completed, "refused": count - completed, "over": over,
         "admissions": admissions, "served": len(served), "waits": waits, "elapsed": elapsed, "errors": errors[:3],
+        "cpu": cpu, "notices": notices,
     }
 
 
@@ -473,7 +481,7 @@ def main(argv=None):
     print(f"stand-in delay {args.delay:g} s; one answer alone takes {answer:.2f} s (median of 3); "
           f"wait bound {args.wait if args.wait is not None else room.DEFAULT_WAIT_S:g} s")
     print(f"{'ledger':9} {'scenario':11} {'done':>5} {'refused':>7} {'over':>4} {'waited':>6} {'p50 s':>6} {'p95 s':>6} "
-          f"{'max s':>6} {'max/answer':>10} {'total s':>7}")
+          f"{'max s':>6} {'max/answer':>10} {'total s':>7} {'cpu s':>6} {'notices':>7}")
     failed = False
     for backend, location in backends(args.postgres):
         for name, budget, count, how in SCENARIOS:
@@ -484,7 +492,7 @@ def main(argv=None):
             waited = sum(w > 0 for w in waits)
             print(f"{backend:9} {name:11} {r['completed']:>5} {r['refused']:>7} {r['over']:>4} {waited:>6} "
                   f"{quantile(waits, 0.5):>6.2f} {quantile(waits, 0.95):>6.2f} {max(waits, default=0):>6.2f} "
-                  f"{max(waits, default=0) / answer:>10.1f} {r['elapsed']:>7.1f}", flush=True)
+                  f"{max(waits, default=0) / answer:>10.1f} {r['elapsed']:>7.1f} {r['cpu']:>6.1f} {r['notices']:>7}", flush=True)
             for line in r["errors"]:
                 print(f"    {line[:240]}")
             failed |= bool(r["refused"] or r["over"])

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import re
-import time
 
 import httpx
 import llm
@@ -438,7 +437,9 @@ class RoutedClaude(_Shared, llm.KeyModel):
                 end.again = False
                 wait = call.take_wait()
                 if wait:
-                    time.sleep(wait)  # a backoff or a cooldown, bounded (docs/architecture.md "Retries")
+                    # A backoff or a cooldown, bounded (docs/architecture.md "Retries"), or a wait
+                    # for room that a write freeing room ends ("Waiting for room").
+                    call.pause(wait)
         except AccountsError as error:
             end.fail(error)
 
@@ -594,7 +595,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                 end.again = False
                 wait = call.take_wait()
                 if wait:
-                    await asyncio.sleep(wait)
+                    await call.pause_async(wait)
         except AccountsError as error:
             end.fail(error)
 

@@ -2,15 +2,19 @@
 (docs/architecture.md "Waiting for room").
 
 Pure bookkeeping, like ``retries``: the bound (``-o wait SECONDS``, else ``LLM_ACCOUNTS_WAIT``,
-else ``DEFAULT_WAIT_S``), the polling delays, and when to say once on stderr that a prompt is
-waiting. What may wait at all is the ledger's verdict (``selection.verdict``'s ``held``); the
-waiting itself happens in ``models.py``'s loops between two reservations, holding no ledger lock,
-no transaction and no HTTP connection.
+else ``DEFAULT_WAIT_S``), the delays between reservations (``FALLBACK_S`` where writes that free
+room wake the prompt, ``ledger/wakeup.py``; polling where nothing can wake it), and when to say on
+stderr that prompts wait (``NoticeBoard``: once per prompt, at most once a second per process).
+What may wait at all is the ledger's verdict (``selection.verdict``'s ``held``); the waiting itself
+happens in ``models.py``'s loops between two reservations, holding no ledger lock, no transaction
+and no HTTP connection.
 """
 
 import dataclasses
 import math
 import random
+import threading
+import time
 
 from .errors import AccountsError
 
@@ -21,13 +25,19 @@ from .errors import AccountsError
 DEFAULT_WAIT_S = 600.0
 MAX_WAIT_S = 3600.0
 ENV = "LLM_ACCOUNTS_WAIT"
-#: Polls start fast and back off, so a waiter neither hammers the ledger's write lock nor idles
+#: With wake-ups (``ledger/wakeup.py``) a waiting prompt reserves again when a write frees room,
+#: else after this plus jitter: the safety net for what no write signals (a dead waiter's place
+#: expiring after ``WAITER_TTL``, 10 s). Below half of that, so a waiter renews its own place.
+FALLBACK_S = 2.0
+#: Without them, polls start fast and back off, so a waiter neither hammers the ledger's write lock nor idles
 #: long once room frees: 25 ms, 50 ms, ... at most 250 ms, plus up to a quarter more as jitter.
 POLL_BASE_S = 0.025
 POLL_CAP_S = 0.25
 JITTER = 0.25
 #: A wait this long is said once on stderr.
 NOTICE_AFTER_S = 1.0
+#: At most one "waiting for" line this often per process, however many prompts wait.
+NOTICE_EVERY_S = 1.0
 
 
 def parse_wait(text, what):
@@ -67,13 +77,17 @@ class Wait:
     def waited(self, now):
         return 0.0 if self.started is None else now - self.started
 
-    def next_delay(self, now, rand=random.random):
-        """Seconds before the next reservation, or None once the bound has passed."""
+    def next_delay(self, now, rand=random.random, woken=False):
+        """Seconds before the next reservation, or None once the bound has passed. ``woken``: a
+        write that frees room ends the wait sooner, so only the fallback is timed."""
         if self.started is None:
             self.started = now
         left = self.bound_s - self.waited(now)
         if left <= 0:
             return None
+        if woken:
+            self.polls += 1
+            return min(FALLBACK_S * (1 + JITTER * rand()), left)
         # The exponent stops growing once the cap is reached: 2 ** 1024 is no float, and a wait
         # of 600 s at the cap polls over two thousand times.
         delay = min(POLL_CAP_S, POLL_BASE_S * 2 ** min(self.polls, 16)) * (1 + JITTER * rand())
@@ -86,3 +100,47 @@ class Wait:
             return False
         self.noticed = True
         return True
+
+
+class NoticeBoard:
+    """The "waiting for ..." lines of one process: one per prompt that waits, and at most one every
+    ``NOTICE_EVERY_S`` for the whole process, so a batch of a hundred async prompts prints a few
+    lines, not a hundred. A line covers every prompt waiting when it is printed and says how many
+    wait; a prompt that starts waiting after it gets a later line (docs/architecture.md "Waiting
+    for room"). ``clock`` is monotonic seconds (tests pass their own)."""
+
+    def __init__(self, clock=time.monotonic):
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._waiting = set()
+        self._told = set()
+        self._last = None
+
+    def start(self, key):
+        with self._lock:
+            self._waiting.add(key)
+
+    def stop(self, key):
+        with self._lock:
+            self._waiting.discard(key)
+            self._told.discard(key)
+
+    def line(self, key, what):
+        """What to print for ``key``, whose wait ``what`` describes: the line, ``""`` when a line
+        already covered it (nothing more to say), or None when another line was printed less
+        than ``NOTICE_EVERY_S`` ago (ask again later)."""
+        with self._lock:
+            if key in self._told:
+                return ""
+            now = self.clock()
+            if self._last is not None and now - self._last < NOTICE_EVERY_S:
+                return None
+            self._waiting.add(key)
+            count = len(self._waiting)
+            self._told |= self._waiting
+            self._last = now
+        return what if count == 1 else f"{what}; {count} prompts of this process are waiting"
+
+
+#: The process's board (``routing.RoutedCall`` uses it unless given another).
+BOARD = NoticeBoard()

@@ -16,15 +16,17 @@ both loops make the same ones:
   says the money is held, not spent (docs/architecture.md "Waiting for room").
 """
 
+import asyncio
 import dataclasses
 import time
 import uuid
+import weakref
 
 from . import catalog, classify, clock, keys, notices, price_book, pricing, room, selection, thresholds, tool_bounds, transport
 from .provider import settle as provider_pass
 from .retries import DEFAULT_RETRIES, Retries, sdk_retries
 from .errors import AccountsError
-from .ledger import Complete, NotSent, Refused, Scope, Unknown
+from .ledger import Complete, NotSent, Refused, Scope, Unknown, wakeup
 from .money import INT64_MAX
 from .records import clients_only, lists_client
 from .scrub import run_detector
@@ -62,7 +64,7 @@ class Attempt:
 class RoutedCall:
     def __init__(
         self, *, declaration, ledger, body, scope, pinned=None, client=None, revision=None, retries=DEFAULT_RETRIES,
-        llm_response_id=None, wait=room.DEFAULT_WAIT_S, notice=None,
+        llm_response_id=None, wait=room.DEFAULT_WAIT_S, notice=None, board=None,
     ):
         self.declaration = declaration
         self.ledger = ledger
@@ -101,6 +103,10 @@ class RoutedCall:
         self.waiter = str(uuid.uuid4()) if wait > 0 else None
         self.gone_checked = None  # when attempts of processes that are gone were last looked for
         self.notice = notice or _to_stderr
+        self.board = board or room.BOARD  # the process's "waiting for" lines
+        self.wake = None  # wake-ups while waiting for room (ledger/wakeup.py), or None: poll
+        self.waiting_for_room = False  # whether the pending wait is one for room
+        self._stop_wake = None
 
     # Reservation -------------------------------------------------------------------------------
 
@@ -133,6 +139,7 @@ class RoutedCall:
             refusal = error
         if refusal is not None:
             if refusal.held and self._gone_recorded():
+                self.waiting_for_room = True
                 return None
             if self._wait_out(refusal):
                 return None
@@ -169,13 +176,34 @@ class RoutedCall:
                 # same bound, never retrying this account (docs/architecture.md "Failover").
                 self.failures.append((account.name, "no key", error))
                 self.last_retriable = None
-                return self.begin()
+                return self._begin()
             raise self._noted(error)
         return Attempt(reservation, secret)
 
     def take_wait(self):
         wait, self.pending_wait = self.pending_wait, None
         return wait
+
+    def pause(self, seconds):
+        """Sleep ``seconds`` before ``begin()`` again; a wait for room ends early when a write frees
+        room (docs/architecture.md "Waiting for room")."""
+        if self.waiting_for_room and self.wake is not None:
+            self.wake.wait(seconds)
+        else:
+            time.sleep(seconds)
+
+    async def pause_async(self, seconds):
+        """``pause`` without blocking the event loop: the process's wake-up thread resolves it."""
+        if self.waiting_for_room and self.wake is not None:
+            await self.wake.wait_async(seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+    def _stop_waiting(self):
+        """The prompt no longer waits for room: its wake-ups and its notice go."""
+        if self._stop_wake is not None:
+            self._stop_wake()
+            self._stop_wake = self.wake = None
 
     def revision_knows(self, model_id):
         return self.revision.model(model_id) is not None
@@ -218,18 +246,33 @@ class RoutedCall:
         if self.waiter is None:
             return False
         now = time.monotonic()
-        self.pending_wait = self.room.next_delay(now)
+        self.pending_wait = self.room.next_delay(now, woken=self.wake is not None)
         if self.pending_wait is None:
             try:
                 self.ledger.leave(self.waiter)
             except AccountsError:
                 pass  # its place expires by itself (ledger.WAITER_TTL)
             return False
-        if self.room.notice_due(now):
-            self.notice(
+        if self.wake is not None:
+            self.wake.refused()  # a wake-up that found no room here may find some for the next
+        if self._stop_wake is None:
+            # The first refusal: listen for wake-ups, then reserve again at once, so room freed
+            # between that refusal and listening is not missed (ledger/wakeup.py).
+            self.wake = wakeup.subscribe(self.ledger)
+            self.board.start(self.waiter)
+            self._stop_wake = weakref.finalize(self, _stopped, self.wake, self.board, self.waiter)
+            self.pending_wait = 0
+        self.waiting_for_room = True
+        if not self.room.noticed and self.room.waited(now) >= room.NOTICE_AFTER_S:
+            line = self.board.line(
+                self.waiter,
                 f"waiting for {selection.held_summary(refusal.held)} "
-                f"(up to {self.room.bound_s:g} s; -o wait SECONDS or LLM_ACCOUNTS_WAIT sets it)"
+                f"(up to {self.room.bound_s:g} s; -o wait SECONDS or LLM_ACCOUNTS_WAIT sets it)",
             )
+            if line is not None:
+                self.room.noticed = True
+                if line:
+                    self.notice(line)
         return True
 
     def _held(self, refusal):
@@ -583,6 +626,12 @@ class UnroutedCall:
         wait, self.pending_wait = self.pending_wait, None
         return wait
 
+    def pause(self, seconds):
+        time.sleep(seconds)
+
+    async def pause_async(self, seconds):
+        await asyncio.sleep(seconds)
+
     def revision_knows(self, model_id):
         return price_book.current().model(model_id) is not None
 
@@ -650,6 +699,12 @@ def _smallest_limit(account):
     ceiling says so in its own refusal)."""
     daily = getattr(account, "daily_budget_nusd", None)
     return account.budget_nusd if daily is None else min(account.budget_nusd, daily)
+
+
+def _stopped(wake, board, waiter):
+    if wake is not None:
+        wake.close()
+    board.stop(waiter)
 
 
 def _to_stderr(line):

@@ -528,6 +528,11 @@ COLUMNS = [
     ("attempt", "counted_json", "TEXT"),
     ("attempt", "counted_at", "TEXT"),
     ("attempt", "reserved_nusd", "INTEGER"),
+    # A waiter's client label and token ceiling: a waiter its own client's caps keep out of an
+    # account is owed no room there (docs/architecture.md "Waiting for room"). NULL on a place
+    # queued before these columns, which counts as before.
+    ("waiter", "client", "TEXT"),
+    ("waiter", "ceiling_tokens", "INTEGER CHECK (ceiling_tokens IS NULL OR ceiling_tokens >= 0)"),
 ]
 
 # Indexes over columns that ``COLUMNS`` adds: created after them on every open that migrates.

@@ -565,27 +565,52 @@ def _reason(lim, client):
 
 @dataclasses.dataclass(frozen=True)
 class Waiter:
-    """A prompt waiting for room: in arrival order (``seq``), for one account or any (``None``)."""
+    """A prompt waiting for room: in arrival order (``seq``), for one account or any (``None``),
+    with its client label (None: none) and token ceiling (None: its quote had none)."""
 
     seq: int
     account: str | None
     model: str
     ceiling_nusd: int
+    client: str | None = None
+    ceiling_tokens: int | None = None
 
 
-def ahead(waiters, account, f, budget, day_totals=(0, 0)):
+def kept_out_by_own_client(account, waiter, totals=(0, 0, 0, 0)):
+    """Whether ``waiter``'s own client keeps it out of ``account`` now, whatever room the account
+    has: a ``clients_only`` account that does not list its client, or its client's dollar or token
+    cap that its ceiling does not fit beside that client's settled and open amounts there
+    (``totals``: ``reads.client_totals``). Room freed on the account could not go to it, so it is
+    owed none (docs/architecture.md "Waiting for room")."""
+    if clients_only(account) and not lists_client(account, waiter.client):
+        return True
+    settled, open_, tokens, open_tokens = totals
+    cap = client_cap(account, waiter.client)
+    if cap is not None and not fits(settled, open_, waiter.ceiling_nusd, cap):
+        return True
+    token_cap = client_token_cap(account, waiter.client)
+    return token_cap is not None and waiter.ceiling_tokens is not None and not fits(
+        tokens, open_tokens, waiter.ceiling_tokens, token_cap
+    )
+
+
+def ahead(waiters, account, f, budget, day_totals=(0, 0), client_totals=None):
     """``(nanodollars, how many)`` that earlier waiting prompts are owed on ``account``: every
     waiter that may use it (its own account, or any; a model it serves) and that its settled
     spend leaves room for. Admission counts them as held, so room that frees goes to the oldest
     waiter it fits, and a later prompt, waiting or new, never takes it first: no waiter starves
     behind later ones. A waiter the account could not hold even with nothing in flight is not
-    waiting for it and is not counted."""
+    waiting for it and is not counted, nor is one its own client keeps out of the account
+    (``kept_out_by_own_client``, with ``client_totals``: ``{client: reads.client_totals}`` of the
+    waiters' capped clients here): it is counted again once its client's attempts leave room."""
     daily = getattr(account, "daily_budget_nusd", None)
     total = count = 0
     for w in waiters:
         if w.account not in (None, account.name) or not serves(account, w.model):
             continue
         if f.spent_nusd + w.ceiling_nusd > budget or daily is not None and day_totals[0] + w.ceiling_nusd > daily:
+            continue
+        if kept_out_by_own_client(account, w, (client_totals or {}).get(w.client, (0, 0, 0, 0))):
             continue
         total, count = total + w.ceiling_nusd, count + 1
     return total, count

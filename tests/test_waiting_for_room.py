@@ -222,3 +222,33 @@ def test_a_prompt_refused_by_what_it_cannot_wait_for_gives_up_its_place(ledger, 
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(NANO), [work], waiter="w1", now=T0))
     assert error.held == ()
     assert waiters(ledger) == []
+
+
+# A waiter its own client keeps out (docs/architecture.md "Waiting for room")
+
+
+def test_a_waiter_records_its_client(ledger):
+    team = Account("team", "TEAM_KEY", 15 * NANO, clients=(("ci", 10 * NANO),))
+    ledger.reserve(conv("c1"), "a1", quote(8 * NANO), [team], client="ci", now=T0)
+    refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(5 * NANO), [team], client="ci", waiter="w1", now=T0))
+    assert [tuple(r) for r in ledger._conn.execute("SELECT id, client FROM waiter").fetchall()] == [("w1", "ci")]
+
+
+def test_a_waiter_its_own_clients_cap_keeps_out_keeps_no_one_else_waiting(ledger):
+    # ci's cap holds $8 in flight, so its $5 waiter waits though the budget has room for it;
+    # room on the account could not go to it, so a prompt of another client is admitted now.
+    team = Account("team", "TEAM_KEY", 15 * NANO, clients=(("ci", 10 * NANO),))
+    ledger.reserve(conv("c1"), "a1", quote(8 * NANO), [team], client="ci", now=T0)
+    error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(5 * NANO), [team], client="ci", waiter="w1", now=T0))
+    assert error.held == (Held("team", 8 * NANO, 1, 0),)
+    assert ledger.reserve(conv("c3"), "a3", quote(5 * NANO), [team], client="web", now=T0).account == "team"
+
+
+def test_a_waiter_whose_client_has_room_again_is_owed_room_first(ledger):
+    team = Account("team", "TEAM_KEY", 15 * NANO, clients=(("ci", 10 * NANO),))
+    ledger.reserve(conv("c1"), "a1", quote(8 * NANO), [team], client="ci", now=T0)
+    ledger.reserve(conv("c2"), "a2", quote(NANO), [team], client="web", now=T0)
+    refusal(lambda: ledger.reserve(conv("c3"), "a3", quote(5 * NANO), [team], client="ci", waiter="w1", now=T0))
+    ledger.settle("a1", Complete(2 * NANO, USAGE, MODEL), now=T0)  # ci's cap has room for it again
+    error = refusal(lambda: ledger.reserve(conv("c4"), "a4", quote(8 * NANO), [team], client="web", now=T0))
+    assert error.held == (Held("team", NANO, 1, 2 * NANO, 5 * NANO, 1),)

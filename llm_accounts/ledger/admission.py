@@ -121,7 +121,7 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
             # "Waiting for room"); one writer at a time numbers a place.
             def queue(conn, refusal=error):
                 writes.lock_waiters(conn)
-                _queue(conn, provider, waiter, own, keeps or pinned, quote, now)
+                _queue(conn, provider, waiter, own, keeps or pinned, quote, now, client)
                 return core.Deferred(refusal)
 
             return queue
@@ -133,7 +133,7 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
             return leave_queue
         raise
     f = verdict.facts
-    ahead = selection.ahead(older, verdict.account, f, verdict.budget_nusd, reads.day_totals(conn, provider, f, day)) if older else (0, 0)
+    ahead = _ahead(conn, provider, older, verdict.account, f, verdict.budget_nusd, reads.day_totals(conn, provider, f, day), month)
     return recheck.Plan(
         scope=scope, attempt_id=attempt_id, quote=quote, verdict=verdict, month=month, day=day,
         ts=clock.isoformat(now), now=now, host=host, client=client, llm_response_id=llm_response_id,
@@ -195,7 +195,7 @@ def verdicts(conn, provider, accounts, facts, quote, day, now, client=None, olde
                 account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
                 others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
                 ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
-                ahead=selection.ahead(older, account, f, budget, day_totals) if older else (0, 0),
+                ahead=_ahead(conn, provider, older, account, f, budget, day_totals, month),
                 open_counts=counts,
             )
 
@@ -277,11 +277,23 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
 WAITER_TTL = dt.timedelta(seconds=10)
 
 
+def _ahead(conn, provider, older, account, f, budget, day_totals, month):
+    """What the ``older`` waiters are owed on ``account`` (``selection.ahead``), reading the totals
+    of each of their clients the account caps, so a waiter its own client keeps out is not counted."""
+    if not older:
+        return (0, 0)
+    totals = {}
+    for w in older:
+        if w.client not in totals and (client_cap(account, w.client) is not None or client_token_cap(account, w.client) is not None):
+            totals[w.client] = tuple(reads.client_totals(conn, provider, account.name, month, w.client))
+    return selection.ahead(older, account, f, budget, day_totals, totals)
+
+
 def _waiters(conn, provider, waiter, now):
     """The live waiters that arrived before ``waiter`` (all live ones for a caller not waiting
     yet), as ``selection.Waiter`` in arrival order, and ``waiter``'s own row (or None)."""
     rows = conn.execute(
-        "SELECT id, seq, account, model, ceiling_nusd, expires_at FROM waiter WHERE provider = ? ORDER BY seq",
+        "SELECT id, seq, account, model, ceiling_nusd, client, ceiling_tokens, expires_at FROM waiter WHERE provider = ? ORDER BY seq",
         (provider,),
     ).fetchall()
     live, own = [], None
@@ -292,11 +304,13 @@ def _waiters(conn, provider, waiter, now):
         if row["id"] == waiter:
             own = row
             break  # the rest arrived later
-        live.append(selection.Waiter(row["seq"], row["account"], row["model"], row["ceiling_nusd"]))
+        live.append(selection.Waiter(
+            row["seq"], row["account"], row["model"], row["ceiling_nusd"], row["client"], row["ceiling_tokens"]
+        ))
     return live, own
 
 
-def _queue(conn, provider, waiter, own, account, quote, now):
+def _queue(conn, provider, waiter, own, account, quote, now, client=None):
     """Queue ``waiter`` behind every live waiter (expired places are dropped first), or renew its
     place once half its time is gone; a place kept is never moved back."""
     expires = now + WAITER_TTL
@@ -307,10 +321,10 @@ def _queue(conn, provider, waiter, own, account, quote, now):
         return
     conn.execute("DELETE FROM waiter WHERE expires_at <= ? OR id = ?", (clock.isoformat(now), waiter))
     conn.execute(
-        """INSERT INTO waiter (id, seq, provider, account, model, ceiling_nusd, created_at, expires_at)
-           VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM waiter), ?, ?, ?, ?, ?, ?)""",
-        (waiter, provider, account, quote.requested_model, quote.ceiling_nusd, clock.isoformat(now),
-         clock.isoformat(expires)),
+        """INSERT INTO waiter (id, seq, provider, account, model, ceiling_nusd, client, ceiling_tokens, created_at, expires_at)
+           VALUES (?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM waiter), ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (waiter, provider, account, quote.requested_model, quote.ceiling_nusd, client,
+         getattr(quote, "ceiling_tokens", None), clock.isoformat(now), clock.isoformat(expires)),
     )
 
 

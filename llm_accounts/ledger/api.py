@@ -34,7 +34,7 @@ from ..records import (
     declared_accounts,
     invalid,
 )
-from . import admission, core, corrections, reports, settlement
+from . import admission, core, corrections, reports, settlement, wakeup
 
 # An attempt id or a prefix of one, as typed (``resolve_attempt_id``).
 _ID_PREFIX = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
@@ -151,6 +151,7 @@ class Ledger:
         """A waiter that stops waiting gives up its place (docs/architecture.md "Waiting for room")."""
         check_id(waiter, "waiter")
         self._run("leave", admission.leave, waiter)
+        wakeup.signal(self)  # the room it was owed is free for the waiters behind it
 
     # -- settlement (settlement.py) -------------------------------------------------------------
 
@@ -176,8 +177,12 @@ class Ledger:
         if self._backend.kind == "postgres":  # no lock across a round trip (replay.py)
             from . import replay  # imports psycopg, which a SQLite ledger never needs
 
+            # The wake-up goes in the settlement's own message (replay._write).
             return self._run("settle", replay.settle, self, *args, transaction=False)
-        return self._run("settle", settlement.settle, *args)
+        result = self._run("settle", settlement.settle, *args)
+        if result != "already_settled":
+            wakeup.signal(self)  # room freed, or a ceiling no longer in flight (no longer waited for)
+        return result
 
     def shrink(self, attempt_id, hold_nusd, hold_tokens, counts, *, now=None):
         """Lower an open attempt's hold once the provider counted its input: ``"shrunk"`` or
@@ -188,7 +193,10 @@ class Ledger:
         check_int(hold_nusd, "hold_nusd")
         check_int(hold_tokens, "hold_tokens")
         counted_json = json.dumps(clean_usage(counts), sort_keys=True, separators=(",", ":"))
-        return self._run("shrink", settlement.shrink, self.host, attempt_id, hold_nusd, hold_tokens, counted_json, now)
+        result = self._run("shrink", settlement.shrink, self.host, attempt_id, hold_nusd, hold_tokens, counted_json, now)
+        if result == "shrunk":
+            wakeup.signal(self)  # the room it freed is there for the prompts waiting at once
+        return result
 
     def abandoned(self, *, provider="anthropic", now=None):
         """Record as ``cancelled`` every attempt in flight on this host whose process is gone
@@ -237,7 +245,9 @@ class Ledger:
         check_id(adjustment_id, "adjustment_id")
         name, declared = account_ref(account)
         check_source(source_ref)
-        return self._run("clear_block", corrections.clear_block, provider, name, declared, adjustment_id, source_ref, now)
+        result = self._run("clear_block", corrections.clear_block, provider, name, declared, adjustment_id, source_ref, now)
+        wakeup.signal(self)
+        return result
 
     def reconcile(self, adjustment_id, attempt_id, cost_nusd, source_ref, *, now=None):
         """Close an open attempt at a sourced cost: the cost enters spend once, through the attempt,
@@ -247,7 +257,9 @@ class Ledger:
         check_id(attempt_id, "attempt_id")
         check_int(cost_nusd, "cost")
         check_source(source_ref)
-        return self._run("reconcile", corrections.reconcile, self.host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
+        result = self._run("reconcile", corrections.reconcile, self.host, adjustment_id, attempt_id, cost_nusd, source_ref, now)
+        wakeup.signal(self)
+        return result
 
     def reconcile_group(self, members, source_ref, *, now=None):
         """Close open attempts of one account and credit period at shares of one sourced total,
@@ -266,7 +278,9 @@ class Ledger:
                          % ", ".join("?" * len(members)), tuple(m[1] for m in members), write=False)
         if len(rows) != 1:
             raise invalid("members", "a group settles attempts of one account in one credit period")
-        return self._run("reconcile_group", corrections.reconcile_group, self.host, members, source_ref, now)
+        result = self._run("reconcile_group", corrections.reconcile_group, self.host, members, source_ref, now)
+        wakeup.signal(self)
+        return result
 
     def claim_poll(self, organization, every, *, provider="anthropic", now=None):
         """Whether this process may read ``organization``'s usage report now: at most one poll per
@@ -287,10 +301,13 @@ class Ledger:
         check_source(source_ref)
         if attempt_id is not None:
             check_id(attempt_id, "attempt_id")
-        return self._run(
+        result = self._run(
             "adjust", corrections.adjust, provider, name, declared, adjustment_id, month_utc, delta_nusd, source_ref,
             attempt_id, now,
         )
+        if delta_nusd < 0:
+            wakeup.signal(self)
+        return result
 
     def rebind(self, scope, account, source_ref="llm accounts rebind", *, now=None):
         """Move a conversation to another account, explicitly and on the record.

@@ -24,7 +24,7 @@ import time
 
 from .. import ledger as package  # BUSY_TIMEOUT_S, as tests set it
 from ..money import INT64_MAX
-from . import core, settlement
+from . import core, settlement, wakeup
 from .postgres import PLACEHOLDER, translate
 
 # Each read also returns its row as jsonb text (month totals left out), which the guard compares
@@ -137,6 +137,9 @@ def _write(conn, backend, recorder, fields):
         conn.hold_translated(guard, params)
         for sql, write_params in recorder.writes:
             conn.hold(sql, write_params)
+        # Waiting prompts are woken by the commit, at no extra round trip (docs/architecture.md
+        # "Waiting for room"); only while any wait.
+        wakeup.hold_notify(conn, backend)
         backend.commit(conn)
         return True
     except BaseException as error:
