@@ -291,10 +291,20 @@ class RoutedCall:
             advice = f"choose a model with a smaller window (such as claude-routed/{SMALL_WINDOW_MODEL}) or raise the budget"
         else:
             advice = "lower -o max_tokens or raise the budget"
+        what = f"the model's {window} context window at its dearest input rate plus max_tokens"
+        tools = getattr(self.quote, "tool_uses", None)
+        if tools is not None and tools.any:
+            # A server tool's loop samples up to ITERATIONS times, and each use may carry a fee
+            # (docs/pricing.md "Server tools"): the figures add up to the ceiling refused.
+            one = (self.quote.ceiling_nusd - tools.fees_nusd) // tool_bounds.ITERATIONS
+            what = (
+                f"{tool_bounds.ITERATIONS} samplings of the server tools' loop at {selection.money(one)} each ({what})"
+                + (f" plus {selection.money(tools.fees_nusd)} of fees for their uses" if tools.fees_nusd else "")
+                + f", {selection.money(self.quote.ceiling_nusd)} in all"
+            )
         return AccountsError(
             error.code,
-            f"{error.message}. The ceiling prices the model's {window} context window at its dearest input rate "
-            f"plus max_tokens, which is more than a budget here: {advice}",
+            f"{error.message}. The ceiling prices {what}, which is more than a budget here: {advice}",
             account=error.account,
         )
 

@@ -8,6 +8,7 @@ shows them. A tool with no bound is refused before anything is reserved.
 
 import asyncio
 import json
+from decimal import Decimal
 import sqlite3
 
 import llm
@@ -378,3 +379,22 @@ def test_a_revision_without_server_tool_fees_leaves_a_search_attempt_open():
     revision = pricing.revision_from_dict(data)
     assert pricing.settlement_cost(usage(web_search_requests=1), HAIKU, None, revision) is None
     assert pricing.settlement_cost(usage(), HAIKU, None, revision) == 1_000 * 1_000 + 100 * 5_000
+
+
+def test_a_web_search_ceiling_above_every_budget_is_explained_to_the_dollar(standin_account, ledger_path):
+    # Issue 33, point 4: plain claude-routed with a search was refused at a ceiling ten times what
+    # the explanation accounted for. Its figures now add up to the ceiling refused.
+    model = llm.get_model("claude-routed")
+    with pytest.raises(Exception) as caught:
+        model.prompt("What is new?", tools=[WebSearch(max_uses=5)]).text()
+    message = str(caught.value)
+    ceiling = message.split("cannot take this attempt (up to ")[1].split(")")[0]
+    one = message.split("samplings of the server tools' loop at ")[1].split(" each")[0]
+    fees = message.split(" plus ")[-1].split(" of fees")[0]
+    total = message.split(" in all")[0].rsplit(", ", 1)[1]
+    assert f"{tool_bounds.ITERATIONS} samplings of the server tools' loop" in message
+    assert total == ceiling
+    as_nusd = lambda text: int(Decimal(text.lstrip("$").replace(",", "")) * NANO)  # noqa: E731
+    assert fees == "$0.05"
+    assert tool_bounds.ITERATIONS * as_nusd(one) + as_nusd(fees) == as_nusd(total)
+    assert attempts(ledger_path) == []
