@@ -24,6 +24,7 @@ T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
 MODEL = "claude-sonnet-4-5-20250929"
 USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0}
 RATE_LIMITED = Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited")
+OVERLOADED = Refused("overloaded", 529, "overloaded_error", "other", "provider_outage")
 
 
 def quote(ceiling):
@@ -113,3 +114,16 @@ def test_an_account_renamed_in_a_new_period_is_admitted(ledger, work):
     renamed = Account("job", work.key_env, NANO)
     reservation = ledger.reserve(Scope("conversation", "c1"), "a1", quote(1), [renamed], now=T0)
     assert (reservation.month_utc, reservation.account) == ("2026-11", "job")
+
+
+def test_a_recovered_health_row_does_not_hold_attempts_in_flight_against_a_new_one(ledger, work):
+    # Only a failing row has a probe slot to re-check: a row that failed once and recovered must
+    # not turn an attempt in flight into a probe that keeps every other prompt out (ledger_busy).
+    ledger.reserve(Scope("conversation", "c0"), "a0", quote(1), [work], now=T0)
+    ledger.settle("a0", OVERLOADED, now=T0)
+    later = T0 + dt.timedelta(minutes=10)
+    ledger.reserve(Scope("conversation", "c1"), "a1", quote(1), [work], now=later)
+    ledger.settle("a1", Complete(1, USAGE, MODEL), now=later)
+    assert [tuple(row) for row in ledger._conn.execute("SELECT state, last_failure_at IS NOT NULL FROM health")] == [("ok", True)]
+    ledger.reserve(Scope("conversation", "c2"), "a2", quote(1), [work], now=later)  # in flight
+    assert ledger.reserve(Scope("conversation", "c3"), "a3", quote(1), [work], now=later).account == "work"

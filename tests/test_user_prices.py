@@ -234,6 +234,23 @@ def test_of_two_user_revisions_for_one_model_the_later_applies():
     assert book.model(NOVA).rates.output == 12000
 
 
+def test_of_two_user_revisions_the_later_applies_from_wins_whatever_their_ids():
+    # Ordered by applies_from first: the id only breaks a tie (docs/pricing.md "Which price wins").
+    later_model = {**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 12000}}
+    later = user_revision(revision="a-later", applies_from="2026-12-10", models=[later_model])
+    earlier = user_revision(revision="z-earlier", applies_from="2026-12-01")
+    book = price_book.build(pricing.current_revision(), [earlier, later])
+    assert book.revision_of(NOVA) is later
+    assert book.model(NOVA).rates.output == 12000
+
+
+def test_a_model_only_the_user_prices_is_priced_before_its_revisions_date():
+    # The wait for applies_from keeps a shipped price in force; a model nothing else prices has
+    # no other price to keep, so its revision prices it already.
+    book = price_book.build(pricing.current_revision(), [user_revision()], today="2026-12-01")
+    assert book.revision_of(NOVA).id == "user:2026-12-05-mine"
+
+
 # The commands --------------------------------------------------------------------------------
 
 
