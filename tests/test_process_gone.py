@@ -241,3 +241,17 @@ def test_a_pid_without_a_proc_entry_that_the_kernel_does_not_know_is_gone(monkey
     monkeypatch.setattr(liveness, "_started", lambda target: None)
     monkeypatch.setattr(liveness.os, "kill", no_such_process)
     assert liveness.gone(pid, token)
+
+
+def test_a_process_the_kernel_knows_without_a_readable_proc_entry_is_not_gone(monkeypatch):
+    pid, token = liveness.this_process()
+    monkeypatch.setattr(liveness, "_started", lambda target: None)
+    assert not liveness.gone(pid, token)  # kill(pid, 0) succeeds: it runs
+
+
+@pytest.mark.parametrize("pid", [0, -1, -99_999_999])
+def test_a_pid_that_is_not_positive_is_never_said_to_be_gone(pid):
+    # kill() with such a pid signals a process group or every process, and a group that does not
+    # exist answers ESRCH: nothing about the attempt's process can be learnt from it.
+    _, token = liveness.this_process()
+    assert not liveness.gone(pid, token)
