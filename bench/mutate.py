@@ -9,8 +9,9 @@ operator swapped (``+`` / ``-``, ``*`` / ``//``), ``and`` / ``or``, one operand 
 ``or`` dropped, a ``not`` dropped, an ``if`` condition negated, an integer moved by one, a boolean
 flipped (a keyword such as ``follow_redirects=False`` included), a closed-set code (an outcome, a
 failure class) replaced by another, a class in an ``isinstance`` test widened to its base class
-(``httpx.ConnectTimeout`` to ``httpx.TimeoutException``), or one condition of a SQL ``WHERE``
-dropped (``scope_kind = ?3 AND``). A target names the functions to mutate and, when it needs
+(``httpx.ConnectTimeout`` to ``httpx.TimeoutException``), one condition of a SQL ``WHERE``
+dropped (``scope_kind = ?3 AND``), or one element of a tuple, list or set dropped
+(``(a.key_env, a.admin_key_env)`` to ``(a.key_env,)``). A target names the functions to mutate and, when it needs
 them, module-level constants (``REFUSED_OUTCOMES``). Each mutant is written into a temporary ``git worktree`` of
 HEAD (the shared tree is never touched) and the target's tests run there; a mutant is *killed*
 when they fail (or time out) and *survives* when they pass. The score is killed / tried.
@@ -61,12 +62,27 @@ TARGETS = {
     "selection": ("llm_accounts/selection.py",
                   ("fits", "within_warm_bound", "compare_utilization", "compare", "order", "budget_refusal", "verdict",
                    "_no_room", "spent_nusd", "_limits", "_no_token_room", "fits_spent", "ahead"),
-                  ("tests/test_selection.py", "tests/test_ledger.py")),
-    "admission": ("llm_accounts/ledger/admission.py", ("reserve", "choose", "account_verdict", "select"),
-                  ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
+                  ("tests/test_selection.py", "tests/test_ledger.py", "tests/test_waiting_rules.py")),
+    "admission": ("llm_accounts/ledger/admission.py",
+                  ("reserve", "choose", "account_verdict", "select", "WAITER_TTL", "_waiters", "_queue"),
+                  ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py",
+                   "tests/test_recheck_races.py", "tests/test_waiting_rules.py")),
     # The admission's write and its re-check under the account's lock (docs/architecture.md "Ledger").
     "recheck": ("llm_accounts/ledger/recheck.py", ("Sql", "limit_sql", "condition", "admit", "_probe_free"),
-                ("tests/test_recheck_properties.py", "tests/test_ledger.py")),
+                ("tests/test_recheck_properties.py", "tests/test_recheck_races.py", "tests/test_ledger.py")),
+    # Server tools' bounds: the loop limit, max_uses, fees (docs/pricing.md "Server tools").
+    "tool_bounds": ("llm_accounts/tool_bounds.py", ("ITERATIONS", "COUNTS", "is_server_tool", "bounds", "fees_due", "overrun"),
+                    ("tests/test_server_tools.py",)),
+    # Which revision prices each model (docs/pricing.md "Which price wins").
+    "price_book": ("llm_accounts/price_book.py", None, ("tests/test_user_prices.py", "tests/test_user_price_rules.py")),
+    # What a user price file may do, which files are read, and the key runs add checks.
+    "user_prices": ("llm_accounts/user_prices.py",
+                    ("check_against_shipped", "shipped_replacements", "load_user_revisions", "read_candidate",
+                     "_file_strings", "strings"),
+                    ("tests/test_user_prices.py", "tests/test_user_price_rules.py", "tests/test_secret_runs.py")),
+    # Whether the process that reserved an attempt is gone (docs/architecture.md "A process that is gone").
+    "liveness": ("llm_accounts/liveness.py", ("gone", "_started", "ran_in", "this_process"),
+                 ("tests/test_process_gone.py",)),
     "settlement": ("llm_accounts/ledger/settlement.py", ("settle",),
                    ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py")),
 }
@@ -166,6 +182,14 @@ def _changes(node):
                 else:
                     target.id = base
             out.append((f"isinstance {ast.unparse(cls)} -> its base {base}", widen))
+    elif isinstance(node, (ast.Tuple, ast.Set, ast.List)) and isinstance(getattr(node, "ctx", ast.Load()), ast.Load) \
+            and 2 <= len(node.elts) <= 12:
+        for i, element in enumerate(node.elts):
+            # One member of a listed set forgotten: the admin key left out of the keys a file is
+            # checked against, the zombie state left out of the states of a process that is gone.
+            def drop_element(n=node, i=i):
+                n.elts.pop(i)
+            out.append((f"element {ast.unparse(element)[:40]} dropped", drop_element))
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
         def drop(n=node):
             n.op = ast.UAdd()  # +x of a bool is its int: truthiness kept, the `not` gone

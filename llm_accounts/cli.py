@@ -454,6 +454,17 @@ def prices_remove(revision_id):
     click.echo(f"Removed {path}")
 
 
+def _model_id(name):
+    """The model id attempts record for ``name``: an alias (``claude-sonnet-4-5``) is resolved
+    through the prices in force to the dated id it stands for; any other name is kept as given."""
+    if name is None:
+        return None
+    from . import price_book
+
+    price = price_book.current().model(name)
+    return price.id if price is not None else name
+
+
 def _declared_key_runs():
     """A test for a run of any declared key (``scrub.run_detector``), each key resolved once for
     this check and dropped; None with no accounts declared. A key that cannot be resolved is
@@ -1387,7 +1398,7 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
     try:
         if json_ and csv_:
             raise AccountsError("declaration_invalid", "--json, --csv: give one output format, not both")
-        for key, value in (("account", account), ("model", model), ("client", client), ("scope_id", conversation)):
+        for key, value in (("account", account), ("model", _model_id(model)), ("client", client), ("scope_id", conversation)):
             if value is not None:
                 filters[key] = value
         if conversation is not None:

@@ -5,6 +5,7 @@ Read from the routing record llm logs as ``response_json["routing"]``: each atte
 ceiling (or the smaller hold ``held_nusd`` its counted input left), never counted as spent (docs/pricing.md "What keeps an attempt open").
 """
 
+import inspect
 from dataclasses import dataclass
 
 from .money import usd_fine
@@ -37,9 +38,15 @@ def cost_from_routing(routing):
 def cost_of(response):
     """The ``Cost`` of a routed llm response (sync or async, live or from ``llm logs``), or None.
 
+    A sync response llm has not run yet (``model.prompt()`` is lazy) is run first, as llm's own
+    ``response.usage()`` does; an async one must have been awaited (``await response.text()``).
+
     >>> cost = cost_of(model.prompt("Hi"))       # doctest: +SKIP
     >>> cost.account, cost.spent_nusd, cost.held_nusd
     """
+    force = getattr(response, "_force", None)
+    if not getattr(response, "_done", True) and callable(force) and not inspect.iscoroutinefunction(force):
+        force()
     record = getattr(response, "response_json", None) or {}
     return cost_from_routing(record.get("routing"))
 

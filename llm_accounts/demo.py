@@ -229,7 +229,9 @@ def _story(demo, standin, keys, llm_cmd="llm", note=None):
     if note:
         say(note)
     rows = (
-        ("accounts browse --open", "the Datasette dashboard and canned queries (scripts/demo --browse)"),
+        # The demo's ledger is deleted when it ends (unless --keep), so the dashboard is offered on
+        # a demo run that keeps it open, never as 'browse', which would open the user's own ledger.
+        ("accounts demo --browse", "this demo again, ending in its ledger's Datasette dashboard and canned queries"),
         ("accounts ladder --model MODEL", "the order new conversations try accounts, and why"),
         ("accounts prices", "every model's rates and the ceiling one attempt reserves"),
         ("accounts standin", "a local stand-in to point LLM_ACCOUNTS_BASE_URL at"),

@@ -15,6 +15,7 @@ model lists resolve through it; each price still belongs to one revision (``revi
 one that quotes it and that the attempt records.
 """
 
+import dataclasses
 import json
 from dataclasses import dataclass
 
@@ -29,6 +30,13 @@ class Entry:
     revision: pricing.Revision
     in_force: bool
     note: str = ""  # why not in force, or what it replaces
+    # Names of the models it replaced that its own price does not list: they resolve to it too
+    # (docs/pricing.md "Which price wins", rule 3).
+    taken: tuple = ()
+
+    @property
+    def names(self):
+        return (self.price.id, *self.price.aliases, *self.taken)
 
 
 class Book:
@@ -40,14 +48,19 @@ class Book:
         self._names, self.models = {}, {}
         for entry in self.entries:
             if entry.in_force:
-                self.models[entry.price.id] = entry.price
-                for name in (entry.price.id, *entry.price.aliases):
+                # A price that took over a shipped model's names lists them as its aliases, so
+                # the routed model is registered under them as well.
+                price = entry.price if not entry.taken else dataclasses.replace(
+                    entry.price, aliases=tuple(dict.fromkeys((*entry.price.aliases, *entry.taken)))
+                )
+                self.models[entry.price.id] = price
+                for name in entry.names:
                     self._names[name] = entry
 
     def model(self, name):
         """The price in force for an exact model id or alias, from whichever revision."""
         entry = self._names.get(name) if isinstance(name, str) else None
-        return None if entry is None else entry.price
+        return None if entry is None else self.models[entry.price.id]
 
     def revision_of(self, name):
         """The revision whose price is in force for ``name``; the shipped one for a model no
@@ -79,7 +92,7 @@ def build(shipped, user_revisions, problems=(), today=None):
     for revision in ordered:
         for price in revision.models.values():
             names = {price.id, *price.aliases}
-            holders = [i for i, e in enumerate(entries) if e.in_force and names & {e.price.id, *e.price.aliases}]
+            holders = [i for i, e in enumerate(entries) if e.in_force and names & set(e.names)]
             shipped_holders = [i for i in holders if entries[i].revision is shipped]
             if shipped_holders and today is not None and revision.applies_from > today:
                 why = f"the shipped revision {shipped.id} prices it until this revision applies from {revision.applies_from}"
@@ -97,12 +110,13 @@ def build(shipped, user_revisions, problems=(), today=None):
                 )
                 entries.append(Entry(price, revision, False, why))
                 continue
-            replaced = []
+            replaced, taken = [], {}
             for i in holders:
                 old = entries[i]
                 entries[i] = Entry(old.price, old.revision, False, f"replaced by {revision.id}")
                 replaced.append(f"{old.revision.id}'s {old.price.id}")
-            entries.append(Entry(price, revision, True, f"replaces {', '.join(replaced)}" if replaced else ""))
+                taken.update((name, None) for name in old.names if name not in names)
+            entries.append(Entry(price, revision, True, f"replaces {', '.join(replaced)}" if replaced else "", tuple(taken)))
     return Book(shipped, entries, problems)
 
 

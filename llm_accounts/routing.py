@@ -349,10 +349,19 @@ class RoutedCall:
             advice = "lower -o max_tokens or raise the budget"
         who = f"account '{error.account}' cannot take this prompt" if error.account else "no account can take this prompt"
         bound = "; a conversation never moves by itself (llm accounts rebind)" if "never moves by itself" in error.message else ""
+        what = f"the model's {window} window plus max_tokens"
+        tools = getattr(self.quote, "tool_uses", None)
+        if tools is not None and tools.any:
+            # A server tool's loop samples up to ITERATIONS times, and each use may carry a fee
+            # (docs/pricing.md "Server tools"): the figures add up to the ceiling refused.
+            one = (self.quote.ceiling_nusd - tools.fees_nusd) // tool_bounds.ITERATIONS
+            what = f"{tool_bounds.ITERATIONS} samplings of the server tools' loop at {selection.money(one)} each" + (
+                f" plus {selection.money(tools.fees_nusd)} of fees" if tools.fees_nusd else ""
+            )
         return AccountsError(
             error.code,
-            f"{who}: its ceiling (up to {selection.money(self.quote.ceiling_nusd)}) prices the model's {window} window "
-            f"plus max_tokens, over {'its' if error.account else 'every'} budget; {advice}{bound}",
+            f"{who}: its ceiling (up to {selection.money(self.quote.ceiling_nusd)}) prices {what}, "
+            f"over {'its' if error.account else 'every'} budget; {advice}{bound}",
             account=error.account,
         )
 

@@ -32,6 +32,26 @@ from .payload import ANTHROPIC_VERSION
 
 BASE_URL_ENV = "LLM_ACCOUNTS_BASE_URL"
 DEFAULT_BASE_URL = "https://api.anthropic.com"
+# The Anthropic SDK's own variable: said to be ignored, never followed (docs/security.md "Sending a key").
+SDK_BASE_URL_ENV = "ANTHROPIC_BASE_URL"
+_sdk_base_url_said = []
+
+
+def _say_sdk_base_url_ignored():
+    """Once a process: ANTHROPIC_BASE_URL is set for the SDK or another tool (a proxy, a gateway)
+    and may point anywhere; following it would send every declared account's key there, so only
+    LLM_ACCOUNTS_BASE_URL, set for this plugin on purpose, moves the requests. Its value is never
+    repeated (it may hold credentials)."""
+    if _sdk_base_url_said:
+        return
+    _sdk_base_url_said.append(True)
+    import sys
+
+    print(
+        f"llm-accounts: {SDK_BASE_URL_ENV} is set and not used: routed prompts go to {DEFAULT_BASE_URL}; "
+        f"set {BASE_URL_ENV} to send them elsewhere (https://, or http:// on loopback)",
+        file=sys.stderr,
+    )
 # Read at most 64 KiB and one byte of an error body (docs/errors.md "Provider text is dropped").
 ERROR_BODY_LIMIT = 64 * 1024
 # A 200 answer's bound in decoded bytes: a whole message, a line of a stream, a page of the model
@@ -51,6 +71,8 @@ def base_url(environ=None):
     whose 404 says nothing about a model (docs/errors.md "From an answer to a code")."""
     environ = os.environ if environ is None else environ
     value = environ.get(BASE_URL_ENV) or DEFAULT_BASE_URL
+    if not environ.get(BASE_URL_ENV) and environ.get(SDK_BASE_URL_ENV):
+        _say_sdk_base_url_ignored()
     parsed = urllib.parse.urlsplit(value)
     host = parsed.hostname or ""
     if parsed.scheme == "https" and host:

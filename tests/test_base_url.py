@@ -127,3 +127,30 @@ def test_a_base_url_holding_a_key_is_refused_without_repeating_it(url):
 def test_an_unreachable_server_is_named_by_its_origin_never_its_path():
     where = transport.where({"LLM_ACCOUNTS_BASE_URL": "https://gateway.example/tenant-7f3a9c/anthropic"})
     assert where == "at https://gateway.example (set by LLM_ACCOUNTS_BASE_URL)"
+
+
+# ANTHROPIC_BASE_URL (issue 33, point 4): said to be ignored, once, never followed. It is the SDK's
+# variable, often set for another tool, and following it would send every declared key there.
+
+
+@pytest.fixture
+def unsaid(monkeypatch):
+    monkeypatch.setattr(transport, "_sdk_base_url_said", [])
+
+
+def test_anthropic_base_url_alone_is_said_to_be_ignored_once_without_its_value(unsaid, capsys):
+    environ = {"ANTHROPIC_BASE_URL": "https://gateway.example.com/secret-path"}
+    assert transport.base_url(environ) == "https://api.anthropic.com"
+    assert transport.base_url(environ) == "https://api.anthropic.com"
+    err = capsys.readouterr().err
+    assert err == (
+        "llm-accounts: ANTHROPIC_BASE_URL is set and not used: routed prompts go to https://api.anthropic.com; "
+        "set LLM_ACCOUNTS_BASE_URL to send them elsewhere (https://, or http:// on loopback)\n"
+    )
+    assert "gateway" not in err
+
+
+def test_anthropic_base_url_beside_llm_accounts_base_url_is_not_mentioned(unsaid, capsys):
+    environ = {"ANTHROPIC_BASE_URL": "https://gateway.example.com", "LLM_ACCOUNTS_BASE_URL": "http://127.0.0.1:8765"}
+    assert transport.base_url(environ) == "http://127.0.0.1:8765"
+    assert capsys.readouterr().err == ""

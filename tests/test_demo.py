@@ -71,7 +71,7 @@ def test_the_ceiling_against_the_cost_is_explained_once(demo_output):
 
 def test_it_ends_with_status_and_what_to_try_next(demo_output):
     assert "$ llm accounts status" in demo_output
-    assert "llm accounts browse --open" in demo_output.split("# What to try next:")[1]
+    assert "llm accounts demo --browse" in demo_output.split("# What to try next:")[1]
 
 
 def next_steps(output):
@@ -89,6 +89,14 @@ def test_what_to_try_next_runs_as_printed_without_llm_on_path(demo_run):
     )
     assert result.returncode == 0, result.stderr
     assert "claude-haiku-4-5" in result.stdout
+
+
+def test_what_to_try_next_offers_no_command_on_the_demo_ledger_it_deletes(demo_output):
+    # Issue 33, point 4: 'llm accounts browse --open' came first, on a ledger already deleted
+    # (it opened the user's own instead, or failed). The dashboard is offered through the demo.
+    steps = [line.split("  ")[0] for line in next_steps(demo_output.split("\nKept ")[0])]
+    assert steps[0].endswith(" accounts demo --browse")
+    assert not any(re.search(r" accounts (browse|status|attempts)\b", step) for step in steps)
 
 
 def test_what_to_try_next_says_how_to_put_llm_on_path(demo_run):

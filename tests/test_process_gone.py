@@ -173,3 +173,85 @@ def test_a_ceiling_whose_process_runs_is_still_in_flight(accounts, ledger_path, 
     assert row_outcome(ledger_path, "mine") is None
     [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert "held by 1 attempt in flight" in error
+
+
+# Whether a process is running: the cases a token moved by one does not show (issue 33, point 10)
+
+_REPORT_THEN_WAIT = "from llm_accounts import liveness; import sys; print(*liveness.this_process(), flush=True); sys.stdin.read()"
+
+
+def _running_child():
+    """A real child process that reports its ``(pid, token)`` and runs until its stdin closes."""
+    child = subprocess.Popen([sys.executable, "-c", _REPORT_THEN_WAIT], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    pid, token = child.stdout.readline().split()
+    return child, int(pid), token
+
+
+def test_a_zombie_is_gone():
+    child, pid, token = _running_child()
+    try:
+        assert not liveness.gone(pid, token)
+        child.stdin.close()
+        # Wait for its exit without reaping it: it stays a zombie, its /proc entry and start time
+        # unchanged, until child.wait() below.
+        os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+        assert liveness._started(pid)[1] == "Z"
+        assert liveness.gone(pid, token)
+    finally:
+        child.wait()
+
+
+def test_a_pid_now_held_by_another_real_process_is_gone():
+    # Two processes running at once: the first's token under the second's pid is what a pid reused
+    # after the first exited looks like.
+    first, first_pid, first_token = _running_child()
+    second, second_pid, second_token = _running_child()
+    try:
+        assert liveness._started(first_pid)[0] != liveness._started(second_pid)[0]
+        assert not liveness.gone(second_pid, second_token)
+        assert liveness.gone(second_pid, first_token)
+    finally:
+        for child in (first, second):
+            child.stdin.close()
+            child.wait()
+
+
+def test_another_users_process_hidden_by_hidepid_is_not_gone(monkeypatch):
+    # With /proc mounted hidepid=2 (proc(5)), another user's /proc/<pid> cannot be read, as if
+    # absent, and kill(pid, 0) answers EPERM: the process runs. Simulated here, since the test
+    # cannot run as another user.
+    pid, token = liveness.this_process()
+
+    def not_permitted(target, signal):
+        assert (target, signal) == (pid, 0)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(liveness, "_started", lambda target: None)
+    monkeypatch.setattr(liveness.os, "kill", not_permitted)
+    assert not liveness.gone(pid, token)
+
+
+def test_a_pid_without_a_proc_entry_that_the_kernel_does_not_know_is_gone(monkeypatch):
+    # The counterpart: no /proc entry and kill(pid, 0) answers ESRCH.
+    pid, token = liveness.this_process()
+
+    def no_such_process(target, signal):
+        raise ProcessLookupError(3, "No such process")
+
+    monkeypatch.setattr(liveness, "_started", lambda target: None)
+    monkeypatch.setattr(liveness.os, "kill", no_such_process)
+    assert liveness.gone(pid, token)
+
+
+def test_a_process_the_kernel_knows_without_a_readable_proc_entry_is_not_gone(monkeypatch):
+    pid, token = liveness.this_process()
+    monkeypatch.setattr(liveness, "_started", lambda target: None)
+    assert not liveness.gone(pid, token)  # kill(pid, 0) succeeds: it runs
+
+
+@pytest.mark.parametrize("pid", [0, -1, -99_999_999])
+def test_a_pid_that_is_not_positive_is_never_said_to_be_gone(pid):
+    # kill() with such a pid signals a process group or every process, and a group that does not
+    # exist answers ESRCH: nothing about the attempt's process can be learnt from it.
+    _, token = liveness.this_process()
+    assert not liveness.gone(pid, token)

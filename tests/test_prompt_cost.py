@@ -43,6 +43,15 @@ def test_cost_of_gives_the_python_api_integer_nanodollars(accounts, ledger_path)
     assert llm_accounts.cost_of(response) == Cost(row["account"], row["cost_nusd"], 0)
 
 
+def test_cost_of_a_response_not_yet_run_runs_it_as_the_readme_shows(accounts, ledger_path):
+    # README "The cost of a prompt": ``model.prompt()`` is lazy, and the example asks at once.
+    response = llm.get_model("claude-routed").prompt("Say hello")
+    cost = llm_accounts.cost_of(response)
+    [row] = attempts(ledger_path)
+    assert cost == Cost(row["account"], row["cost_nusd"], 0)
+    assert cost.spent_nusd > 0
+
+
 def test_an_open_attempt_is_held_at_its_ceiling_never_spent():
     routing = {
         "account": "beta",

@@ -135,3 +135,62 @@ def test_on_the_legacy_report_only_a_dedicated_key_settles_and_never_wrongly(his
         if isinstance(verdict, pu.Settle):
             assert dedicated
             assert verdict.cost_nusd == billed[verdict.attempt_id]
+
+
+# Cases the generated histories may miss, pinned by example (issue 33, point 11).
+
+ROW_USAGE = pu.Usage(input=1_000, output=200)
+OTHER_USAGE = pu.Usage(input=50_000, output=3_000)
+
+
+def _open(attempt_id, model, created, ended, usage_max=8_000):
+    return pu.Attempt(attempt_id, "work", created, model, "open", "stream_closed", None, 10**10, None,
+                      current_revision().id, outcome_at=ended, month_utc="2028-01", max_output=usage_max, max_web_searches=0)
+
+
+def _analytics(rows, covered, unreadable=frozenset()):
+    return rp.Report("analytics", tuple(rows), frozenset(covered), frozenset(unreadable), T0 + dt.timedelta(hours=1))
+
+
+def _row(minute, model, usage):
+    return rp.Row(minute, KEY, model, "standard", "global", "standard", usage, 1)
+
+
+def test_a_settled_attempt_of_another_model_is_never_taken_away_from_this_models_usage():
+    start = pu.minute_of(T0)
+    haiku = _open("a0", HAIKU, T0 + 5 * SECOND, T0 + 20 * SECOND)
+    sonnet = pu.Attempt("a1", "work", T0 + 5 * SECOND, SONNET, "settled", "complete",
+                        settlement_cost(OTHER_USAGE.as_message_usage(), SONNET, None, current_revision()), 10**10,
+                        OTHER_USAGE, current_revision().id, outcome_at=T0 + 20 * SECOND, settled_at=T0 + 20 * SECOND,
+                        month_utc="2028-01", max_output=8_000, max_web_searches=0)
+    # Both in minute 23:50; the open one's outcome plus LATE_END reaches into 23:51.
+    report = _analytics([_row(start, HAIKU, ROW_USAGE), _row(start, SONNET, OTHER_USAGE)], [start, start + pu.MINUTE])
+    [verdict] = pu.decide([haiku, sonnet], report, key_id=KEY, now=T0 + dt.timedelta(hours=2), price=price)
+    where = f"{pu.minute_text(start)}..{pu.minute_text(start + pu.MINUTE)}"
+    assert verdict == pu.Settle("a0", "work", price(ROW_USAGE.as_message_usage(), HAIKU, None),
+                                f"usage_report:analytics:{where}:{KEY}:{HAIKU}", ROW_USAGE)
+
+
+def _three_minute_attempt():
+    # From 23:50:10 to an outcome at 23:51:40, plus LATE_END: minutes 23:50, 23:51 and 23:52.
+    return _open("a0", HAIKU, T0 + 10 * SECOND, T0 + 100 * SECOND)
+
+
+def test_a_span_settles_only_when_every_one_of_its_minutes_was_read():
+    attempt, start = _three_minute_attempt(), pu.minute_of(T0)
+    minutes = [start + pu.MINUTE * i for i in range(3)]
+    rows = [_row(start, HAIKU, ROW_USAGE)]
+    now = T0 + dt.timedelta(hours=2)
+    for read in (minutes[:1], minutes[:2], minutes[1:]):
+        [verdict] = pu.decide([attempt], _analytics(rows, read), key_id=KEY, now=now, price=price)
+        assert (type(verdict), verdict.reason) == (pu.Keep, "not_covered")
+    [verdict] = pu.decide([attempt], _analytics(rows, minutes), key_id=KEY, now=now, price=price)
+    assert isinstance(verdict, pu.Settle)
+
+
+def test_an_unreadable_row_in_any_minute_of_a_span_keeps_it_open():
+    attempt, start = _three_minute_attempt(), pu.minute_of(T0)
+    minutes = [start + pu.MINUTE * i for i in range(3)]
+    report = _analytics([_row(start, HAIKU, ROW_USAGE)], minutes, unreadable=[minutes[2]])
+    [verdict] = pu.decide([attempt], report, key_id=KEY, now=T0 + dt.timedelta(hours=2), price=price)
+    assert (type(verdict), verdict.reason) == (pu.Keep, "unreadable")

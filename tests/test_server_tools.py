@@ -8,6 +8,7 @@ shows them. A tool with no bound is refused before anything is reserved.
 
 import asyncio
 import json
+from decimal import Decimal
 import sqlite3
 
 import llm
@@ -340,3 +341,58 @@ def test_a_stream_with_a_block_type_this_version_does_not_know_is_read_to_the_en
     assert reader.complete
     assert [(event.type, event.chunk) for event in shown] == [("text", "Done.")]
     assert pricing.settlement_cost(reader.final_message()["usage"], HAIKU, None, None) == 10 * 1_000 + 3 * 5_000
+
+
+# The rules pinned by value (issue 33, point 5): each fails on one mutant of tool_bounds.py that
+# the tests above, which compute their expectations from the module's own constants, let through.
+
+
+def test_the_web_search_ceiling_is_four_dollars_and_twenty_three_cents_as_documented():
+    # docs/pricing.md "Server tools": ten samplings of Haiku 4.5's whole window at the 1h write
+    # rate plus max_tokens at output, plus three searches at $10 per 1,000. Written out, not
+    # computed from tool_bounds.ITERATIONS, so the documented loop limit itself is pinned.
+    quote = pricing.quote(body([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))
+    assert quote.ceiling_nusd == 4_234_800_000
+
+
+def test_exactly_max_uses_searches_is_no_overrun():
+    request = tool_bounds.bounds([{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}],
+                                 {"web_search_requests": SEARCH_FEE}, "r")
+    assert tool_bounds.overrun({"web_search_requests": 2}, request) == []
+
+
+def test_one_search_above_max_uses_is_an_overrun():
+    request = tool_bounds.bounds([{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}],
+                                 {"web_search_requests": SEARCH_FEE}, "r")
+    assert tool_bounds.overrun({"web_search_requests": 3}, request) == ["web_search_requests"]
+
+
+def test_searches_reported_on_a_request_without_a_search_tool_are_an_overrun():
+    request = tool_bounds.bounds([{"type": "web_fetch_20250910", "name": "web_fetch"}], {"web_fetch_requests": 0}, "r")
+    assert tool_bounds.overrun({"web_search_requests": 1, "web_fetch_requests": 4}, request) == ["web_search_requests"]
+    assert tool_bounds.overrun({"web_search_requests": 1}, tool_bounds.NONE) == ["web_search_requests"]
+
+
+def test_a_revision_without_server_tool_fees_leaves_a_search_attempt_open():
+    data = json.loads(pricing._price_files().joinpath(pricing.current_revision().id + ".json").read_text())
+    del data["server_tool_fees"]
+    revision = pricing.revision_from_dict(data)
+    assert pricing.settlement_cost(usage(web_search_requests=1), HAIKU, None, revision) is None
+    assert pricing.settlement_cost(usage(), HAIKU, None, revision) == 1_000 * 1_000 + 100 * 5_000
+
+
+def test_a_web_search_ceiling_above_every_budget_is_explained_to_the_dollar(standin_account, ledger_path):
+    # Issue 33, point 4: plain claude-routed with a search was refused at a ceiling ten times what
+    # the explanation accounted for. Its figures now add up to the ceiling refused.
+    model = llm.get_model("claude-routed")
+    with pytest.raises(Exception) as caught:
+        model.prompt("What is new?", tools=[WebSearch(max_uses=5)]).text()
+    message = str(caught.value)
+    total = message.split("its ceiling (up to ")[1].split(")")[0]
+    one = message.split("samplings of the server tools' loop at ")[1].split(" each")[0]
+    fees = message.split(" plus ")[-1].split(" of fees")[0]
+    assert f"{tool_bounds.ITERATIONS} samplings of the server tools' loop" in message
+    as_nusd = lambda text: int(Decimal(text.lstrip("$").replace(",", "")) * NANO)  # noqa: E731
+    assert fees == "$0.05"
+    assert tool_bounds.ITERATIONS * as_nusd(one) + as_nusd(fees) == as_nusd(total)
+    assert attempts(ledger_path) == []

@@ -280,6 +280,14 @@ def test_attempts_with_a_filter_beyond_the_totals_says_more_match_without_counti
     assert "More attempts" not in run("attempts", "--model", SONNET, "--limit", "4").output
 
 
+@pytest.mark.parametrize("name", ["claude-sonnet-4-5", SONNET])
+def test_attempts_model_matches_an_alias_as_its_own_help_example_gives_it(filled, name):
+    # Issue 33, point 4: `--model claude-sonnet-4-5` (the --help example) found nothing, since
+    # attempts record the dated id.
+    table = list(csv.DictReader(io.StringIO(run("attempts", "--model", name, "--csv").output)))
+    assert table and {row["requested_model"] for row in table} == {SONNET}
+
+
 def test_a_postgresql_ledger_without_the_model_and_conversation_totals_gains_them_filled(ledger_location):
     if not isinstance(ledger_location, str):
         pytest.skip("the SQLite open is covered above")

@@ -179,6 +179,15 @@ def test_prices_add_says_on_stderr_which_shipped_price_it_replaces_old_to_new(us
     ]
 
 
+def test_prices_add_says_it_replaces_a_shipped_price_named_only_by_its_alias(user_path, tmp_path):
+    only_alias = copy.deepcopy(HAIKU_OVERRIDE)
+    only_alias["models"][0].update(id="my-haiku", aliases=["claude-haiku-4-5"])
+    result = add(tmp_path, only_alias)
+    assert result.exit_code == 0, result.output
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"llm-accounts: user:haiku-cut replaces the shipped price of {HAIKU} (anthropic-2026-11-29)")
+
+
 def test_prices_add_says_nothing_of_shipped_prices_for_a_new_model_or_one_it_does_not_override(user_path, tmp_path):
     assert add(tmp_path, NOVA_REVISION).stderr == ""
     not_overriding = copy.deepcopy(HAIKU_OVERRIDE)

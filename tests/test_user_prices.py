@@ -203,6 +203,28 @@ def test_a_newer_user_revision_that_says_so_replaces_the_shipped_price_under_eve
         assert book.model(name).rates.output == 10000
 
 
+@pytest.mark.parametrize("shipped_name", [HAIKU, "claude-haiku-4-5"])
+def test_a_user_alias_may_not_shadow_a_shipped_name_without_overrides_shipped(shipped_name):
+    # Issue 33, point 6: the rule is on every name the file gives, its aliases too.
+    shipped = pricing.current_revision()
+    sneaky = user_revision(models=[{**REVISION["models"][0], "aliases": [shipped_name]}])
+    book = price_book.build(shipped, [sneaky])
+    assert book.revision_of(shipped_name) is shipped
+    assert book.model(shipped_name) == shipped.model(HAIKU)
+
+
+@pytest.mark.parametrize("listed", [[HAIKU], ["claude-haiku-4-5"]])
+def test_an_override_replaces_every_name_of_the_shipped_model_not_only_those_it_lists(listed):
+    # docs/pricing.md "Which price wins", rule 3: an alias the file leaves out must not fall back
+    # to the shipped price, nor to no price at all.
+    model = {**REVISION["models"][0], "id": listed[0], "context_window": 200000, "max_output": 64000}
+    override = user_revision(revision="haiku-one-name", applies_from="2026-12-05", overrides_shipped=True, models=[model])
+    book = price_book.build(pricing.current_revision(), [override])
+    for name in (HAIKU, "claude-haiku-4-5"):
+        assert book.revision_of(name) is override
+        assert book.model(name).rates.output == 10000
+
+
 def test_of_two_user_revisions_for_one_model_the_later_applies():
     earlier = user_revision(revision="early", applies_from="2026-12-01")
     later_model = {**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 12000}}
@@ -210,6 +232,23 @@ def test_of_two_user_revisions_for_one_model_the_later_applies():
     book = price_book.build(pricing.current_revision(), [later, earlier])
     assert book.revision_of(NOVA) is later
     assert book.model(NOVA).rates.output == 12000
+
+
+def test_of_two_user_revisions_the_later_applies_from_wins_whatever_their_ids():
+    # Ordered by applies_from first: the id only breaks a tie (docs/pricing.md "Which price wins").
+    later_model = {**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 12000}}
+    later = user_revision(revision="a-later", applies_from="2026-12-10", models=[later_model])
+    earlier = user_revision(revision="z-earlier", applies_from="2026-12-01")
+    book = price_book.build(pricing.current_revision(), [earlier, later])
+    assert book.revision_of(NOVA) is later
+    assert book.model(NOVA).rates.output == 12000
+
+
+def test_a_model_only_the_user_prices_is_priced_before_its_revisions_date():
+    # The wait for applies_from keeps a shipped price in force; a model nothing else prices has
+    # no other price to keep, so its revision prices it already.
+    book = price_book.build(pricing.current_revision(), [user_revision()], today="2026-12-01")
+    assert book.revision_of(NOVA).id == "user:2026-12-05-mine"
 
 
 # The commands --------------------------------------------------------------------------------
@@ -267,6 +306,24 @@ def test_a_file_put_in_the_directory_by_hand_works_the_same(user_path):
     write(user_prices.prices_dir() / "2026-12-05-mine.json", REVISION)
     assert llm.get_model(f"claude-routed/{NOVA}").claude_model_id == NOVA
     assert pricing.load_revision("user:2026-12-05-mine").model(NOVA).rates.input == 2000
+
+
+def test_a_price_file_whose_name_is_not_its_revision_id_is_not_read(user_path, capsys):
+    user_prices.prices_dir().mkdir(parents=True)
+    write(user_prices.prices_dir() / "another-name.json", REVISION)
+    revisions, [problem] = user_prices.load_user_revisions()
+    assert revisions == []
+    assert str(problem).endswith("another-name.json in " + str(user_prices.prices_dir()) + ": its name must be its revision id followed by .json")
+    assert price_book.current().model(NOVA) is None
+
+
+def test_a_dot_file_in_the_price_directory_is_a_copy_being_written_and_not_read(user_path):
+    # ``prices add`` writes a temporary ``.<name>`` file and renames it: a half-written copy is
+    # never a price, and no warning is said of it.
+    user_prices.prices_dir().mkdir(parents=True)
+    write(user_prices.prices_dir() / ".2026-12-05-mine.json", revision_data(revision=".2026-12-05-mine"))
+    write(user_prices.prices_dir() / ".hidden.json", "{half")
+    assert user_prices.load_user_revisions() == ([], [])
 
 
 def test_a_broken_file_by_hand_is_not_used_and_said_once_while_the_others_are(user_path, capsys):
