@@ -375,7 +375,7 @@ print(json.dumps({"wall": time.perf_counter() - start, "cpu": cpu() - cpu0,
                   "outcomes": dict(collections.Counter(outcomes))}))
 """
 # llm-anthropic's id for the model plain claude-routed answers with (claude-sonnet-4-6).
-DIRECT_DEFAULT = "claude-sonnet-4-6"
+DIRECT_DEFAULT = "anthropic/claude-sonnet-4-6"
 
 
 def held_setup(workdir, budget_usd, base_url, keys):
@@ -445,6 +445,9 @@ def held_figures(args):
             ratios.append(routed["wall"] / direct["wall"])
             rows.append((routed, direct, whole))
         refused = sum(n for r, _, _ in rows for k, n in r["outcomes"].items() if k != "complete")
+        failed = sum(n for _, d, _ in rows for k, n in d["outcomes"].items() if k != "complete")
+        if failed:
+            print(f"    llm-anthropic's side failed {failed} prompts: {[d['outcomes'] for _, d, _ in rows]}")
         print(f"{max_tokens:>10} {statistics.median(r['wall'] for r, _, _ in rows):>9.1f} "
               f"{statistics.median(d['wall'] for _, d, _ in rows):>9.1f} {statistics.median(ratios):>9.2f} "
               f"{min(ratios):>5.2f} {max(ratios):>5.2f} {statistics.median(r['cpu'] for r, _, _ in rows):>10.2f} "

@@ -123,6 +123,8 @@ class RoutedCall:
         """
         attempt_id = str(uuid.uuid4())
         refusal = None
+        if self.wake is not None:
+            self.wake.mark()  # a wake-up from now on is not lost while this reservation runs
         try:
             reservation = self.ledger.reserve(
                 self.scope,
@@ -143,10 +145,15 @@ class RoutedCall:
                 return None
             if self._wait_out(refusal):
                 return None
+            self._stop_waiting()
             if refusal.held:
                 refusal = self._held(refusal)
                 raise self._retry_refused(refusal) or refusal
             raise self._retry_refused(refusal) or self._last_failure(refusal) or self._explained(refusal)
+        # Admitted: no longer waiting, so the wake-up passes on to the prompt behind it, for
+        # whatever room is left (ledger/wakeup.py).
+        self._stop_waiting()
+        self.waiting_for_room = False
         if self.new_scope is None:
             self.new_scope = reservation.new_binding
         self.tried.append(reservation.account)

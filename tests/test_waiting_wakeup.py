@@ -241,3 +241,44 @@ def test_a_prompt_waiting_on_a_postgresql_ledger_is_woken_by_a_settlement_in_ano
             ).fetchone()[0] > 0
 
     woken_by_another_process(pg_url, accounts, listening)
+
+
+
+# In one process, the wake-up passes on as each waiting prompt is admitted
+
+
+def test_an_admitted_prompt_stops_waiting_at_once_so_the_wake_up_passes_on(user_path, ledger_path, monkeypatch):
+    """A prompt admitted after waiting leaves the process's wake-up queue when it is admitted, not
+    when its answer ends: a wake-up then goes to the prompt behind it, for the room that is left
+    (ledger/wakeup.py ``Hub``). Seen while the admitted prompt's answer is still streaming."""
+    import asyncio
+    import json as json_module
+
+    import llm
+
+    from llm_accounts.pricing import quote
+    from llm_accounts.standin import StandIn
+
+    key = "sk-ant-api03-" + "b" * 93 + "AA"
+    ceiling = quote(json_module.dumps({"model": "claude-haiku-4-5-20251001", "max_tokens": 100,
+                                       "messages": [{"role": "user", "content": "x"}]}).encode()).ceiling_nusd
+    (user_path / "keys.json").write_text(json_module.dumps({"ALPHA_KEY": key}))
+    save_accounts_file([Account("alpha", "ALPHA_KEY", ceiling + ceiling // 2)], None)  # one ceiling at a time
+    monkeypatch.setattr(room, "FALLBACK_S", 3600.0)
+    with StandIn({"keys": [{"label": "alpha", "key": key, "behaviour": "slow", "delay": 0.2}]}) as server:
+        monkeypatch.setenv("LLM_ACCOUNTS_BASE_URL", server.base_url)
+        subscribed_while_streaming = []
+
+        async def one(i):
+            chunks = 0
+            async for _ in llm.get_async_model("claude-routed/claude-haiku-4-5").prompt(f"Prompt {i}", max_tokens=100):
+                chunks += 1
+                if chunks == 2:
+                    subscribed_while_streaming.append(sum(len(hub.queue) for hub in wakeup._hubs.values()))
+            return chunks
+
+        async def batch():
+            return await asyncio.gather(one(0), one(1))
+
+        assert all(asyncio.run(batch()))
+    assert subscribed_while_streaming == [0, 0]
