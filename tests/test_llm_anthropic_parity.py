@@ -361,7 +361,7 @@ def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
     result = ok("accounts", "prices", "--model", "claude-sonnet-4-6")
     header, row = [line for line in result.output.splitlines() if line.startswith(("model ", "claude-sonnet-4-6"))]
     assert header.split()[5:7] == ["default", "ceiling"]  # after "max out"
-    # $7.92 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo").
+    # $7.92 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
     assert row.split()[4:6] == ["128,000", "$8.712"]
 
 

@@ -428,7 +428,7 @@ def price_with_revision(usage, model, revision_id):
 
 def single_tier(model, revision_id, input_tokens):
     """Whether any request of at most ``input_tokens`` input is billed at the model's first tier
-    (docs/pricing.md "Long context"): then a group's total prices like its members' sum."""
+    (docs/pricing.md "The price revision", its long-context tier): then a group's total prices like its members' sum."""
     revision = _revision(revision_id)
     price = None if revision is None else revision.model(model)
     return price is not None and price.rates_for(input_tokens) == price.rates_for(0)
