@@ -7,6 +7,8 @@ meaning are written once (docs/architecture.md "Ledger", "Failure classes and he
 here writes.
 """
 
+import operator
+
 from .. import clock, health, selection
 from . import recheck
 
@@ -54,20 +56,25 @@ LEFT JOIN model_health mh ON mh.provider = t.provider AND mh.account = t.account
 WHERE t.id = ?1
 """
 
-_FACTS_SQL = f"""
-SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
+# Each column of a ``_FACTS_SQL`` row, over ``account a`` and the tables ``_FACTS_JOINS`` joins.
+_FACTS_COLUMNS = f"""a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
        m.budget_nusd, m.daily_budget_nusd, m.key_env AS month_key_env,
        m.settled_nusd, m.open_nusd, m.day_utc, m.day_settled_nusd, m.day_open_nusd,
        (SELECT COALESCE(SUM(j.delta_nusd), 0) FROM adjustment j
          WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
        {_health_columns("h")}, {_probe_sql("h", "a")} AS h_probe_created_at,
        {_health_columns("hh")}, {_probe_sql("hh", "a", ":host")} AS hh_probe_created_at,
-       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
-FROM account a
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until"""
+
+_FACTS_JOINS = """
 LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
 LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
 LEFT JOIN host_health hh ON hh.provider = a.provider AND hh.account = a.name AND hh.host = :host
-LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
+LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model"""
+
+_FACTS_SQL = f"""
+SELECT {_FACTS_COLUMNS}
+FROM account a{_FACTS_JOINS}
 WHERE a.provider = :provider
 """
 
@@ -78,15 +85,19 @@ WHERE a.provider = :provider
 # (the write re-checks every figure it acts on under the account's lock: docs/architecture.md
 # "Ledger on PostgreSQL"). A pinned account, or a bound conversation's account when nothing is
 # excluded, is the only one read; a new conversation, or one moving on, reads every account. A
-# ledger with no account yet still gives one row, its facts columns NULL.
+# ledger with no account yet still gives one row, its facts columns NULL. The accounts are joined
+# to ``head`` directly, not through ``_FACTS_SQL`` as a subquery: SQLite would copy that subquery's
+# rows into a table first, which doubled the read's cost at 50 accounts (docs/performance.md
+# "Declared accounts").
 _ADMISSION_SQL = f"""
 WITH head AS (SELECT (SELECT 1 FROM attempt WHERE id = :attempt_id) AS duplicate,
        (SELECT MAX(month_utc) FROM month WHERE provider = :provider) AS newest,
        (SELECT account FROM binding WHERE scope_kind = :scope_kind AND scope_id = :scope_id
          AND provider = :provider) AS bound,
        (SELECT 1 FROM waiter LIMIT 1) AS waiting)
-SELECT head.*, f.* FROM head LEFT JOIN ({_FACTS_SQL}) f
-  ON :every = 1 OR f.name = COALESCE(:pinned, head.bound) OR (:pinned IS NULL AND head.bound IS NULL)
+SELECT head.*, {_FACTS_COLUMNS}
+FROM head LEFT JOIN account a ON a.provider = :provider
+  AND (:every = 1 OR a.name = COALESCE(:pinned, head.bound) OR (:pinned IS NULL AND head.bound IS NULL)){_FACTS_JOINS}
 """
 
 
@@ -99,7 +110,7 @@ def admission_facts(conn, scope, attempt_id, month, now, host, model, pinned=Non
         "month": month, "model": model, "host": host, "pinned": pinned, "every": int(every),
     }).fetchall()
     head = rows[0]
-    facts = {row["name"]: _facts_from_row(row, now, False, model) for row in rows if row["name"] is not None}
+    facts = _facts(rows, now, False, model)
     return head["duplicate"], head["newest"], head["bound"], head["waiting"], facts
 
 
@@ -136,6 +147,10 @@ def model_health_from(row, model):
     )
 
 
+# The columns of a facts row that ``recheck.STAMPED`` names, as a tuple (``Facts.stamped``).
+_STAMPED = operator.itemgetter(*(f"{alias}_{name}" for alias, _, name in recheck.STAMPED))
+
+
 def _facts_from_row(row, now, full=True, model=None):
     """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
     healthy row: only a failing one gates."""
@@ -160,20 +175,36 @@ def _facts_from_row(row, now, full=True, model=None):
         adjusted_nusd=row["adjusted_nusd"],
         removed_at=row["removed_at"],
         record=h,
-        probe_taken=health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
+        # A healthy account (no row, or no cooldown) parses nothing: what these would give it.
+        probe_taken=h is not None and health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
         host_record=hh,
-        host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
+        host_probe_taken=hh is not None and health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
         in_ledger=True,
-        model_record=None if model is None else model_health_from(row, model),
-        stamp=recheck.stamp(row),
+        model_record=None if model is None or row["mh_cooldown_until"] is None else model_health_from(row, model),
+        stamped=_STAMPED(row),
     )
 
 
+
 def read_facts(conn, provider, month, now, host, full=True, model=None):
-    return {
-        row["name"]: _facts_from_row(row, now, full, model)
-        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host})
-    }
+    return _facts(conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host}).fetchall(),
+                  now, full, model)
+
+
+def _facts(rows, now, full, model):
+    """``{name: Facts}`` of ``_FACTS_SQL`` rows. Each row becomes a dict first: a row looks a
+    column up by name by comparing it with each column's name in turn, and a row is read by name
+    some forty times, once per declared account on every new conversation (docs/performance.md
+    "Declared accounts")."""
+    if not rows:
+        return {}
+    names = rows[0].keys()
+    found = {}
+    for row in rows:
+        row = dict(zip(names, row))
+        if row["name"] is not None:
+            found[row["name"]] = _facts_from_row(row, now, full, model)
+    return found
 
 
 def read_health(conn, provider, name):
