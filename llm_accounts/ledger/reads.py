@@ -147,43 +147,12 @@ def model_health_from(row, model):
     )
 
 
-# The columns of a facts row that ``recheck.STAMPED`` names, as a tuple (``Facts.stamped``).
-_STAMPED = operator.itemgetter(*(f"{alias}_{name}" for alias, _, name in recheck.STAMPED))
-
-
-def _facts_from_row(row, now, full=True, model=None):
-    """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
-    healthy row: only a failing one gates."""
-    h = health_from(row) if full or row["h_state"] == "failing" else None
-    hh = health_from(row, "hh_") if full or row["hh_state"] == "failing" else None
-    return selection.Facts(
-        name=row["name"],
-        key_env=row["key_env"],
-        rank=row["rank"],
-        weight=row["weight"],
-        block_reason=row["block_reason"],
-        blocked_at=row["blocked_at"],
-        month_row=row["budget_nusd"] is not None,
-        budget_nusd=row["budget_nusd"],
-        daily_budget_nusd=row["daily_budget_nusd"],
-        month_key_env=row["month_key_env"],
-        settled_nusd=row["settled_nusd"] or 0,
-        open_nusd=row["open_nusd"] or 0,
-        day_utc=row["day_utc"],
-        day_settled_nusd=row["day_settled_nusd"] or 0,
-        day_open_nusd=row["day_open_nusd"] or 0,
-        adjusted_nusd=row["adjusted_nusd"],
-        removed_at=row["removed_at"],
-        record=h,
-        # A healthy account (no row, or no cooldown) parses nothing: what these would give it.
-        probe_taken=h is not None and health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
-        host_record=hh,
-        host_probe_taken=hh is not None and health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
-        in_ledger=True,
-        model_record=None if model is None or row["mh_cooldown_until"] is None else model_health_from(row, model),
-        stamped=_STAMPED(row),
-    )
-
+# The columns of a facts row that ``Facts`` takes as they are, in this order.
+_PLAIN = ("name", "key_env", "rank", "weight", "block_reason", "blocked_at", "budget_nusd", "daily_budget_nusd",
+          "month_key_env", "settled_nusd", "open_nusd", "day_utc", "day_settled_nusd", "day_open_nusd",
+          "adjusted_nusd", "removed_at")
+# The columns of a facts row that ``recheck.STAMPED`` names (``Facts.stamped``).
+_STAMP_COLUMNS = tuple(f"{alias}_{name}" for alias, _, name in recheck.STAMPED)
 
 
 def read_facts(conn, provider, month, now, host, full=True, model=None):
@@ -192,18 +161,43 @@ def read_facts(conn, provider, month, now, host, full=True, model=None):
 
 
 def _facts(rows, now, full, model):
-    """``{name: Facts}`` of ``_FACTS_SQL`` rows. Each row becomes a dict first: a row looks a
-    column up by name by comparing it with each column's name in turn, and a row is read by name
-    some forty times, once per declared account on every new conversation (docs/performance.md
-    "Declared accounts")."""
+    """``{name: selection.Facts}`` of ``_FACTS_SQL`` rows. ``full=False`` (admission) parses only
+    the health rows that gate: a failing one, or the model's cooldown.
+
+    The columns are found by position, once per statement: a row looks a column up by name by
+    comparing it with each column's name in turn, and a new conversation reads every declared
+    account's row (docs/performance.md "Declared accounts")."""
     if not rows:
         return {}
     names = rows[0].keys()
+    at = {name: i for i, name in enumerate(names)}
+    plain = operator.itemgetter(*(at[column] for column in _PLAIN))
+    stamped = operator.itemgetter(*(at[column] for column in _STAMP_COLUMNS))
+    h_state, hh_state, mh_until = at["h_state"], at["hh_state"], at["mh_cooldown_until"]
     found = {}
     for row in rows:
-        row = dict(zip(names, row))
-        if row["name"] is not None:
-            found[row["name"]] = _facts_from_row(row, now, full, model)
+        (name, key_env, rank, weight, block_reason, blocked_at, budget, daily, month_key_env, settled, open_, day,
+         day_settled, day_open, adjusted, removed_at) = plain(row)
+        if name is None:  # a ledger with no account yet
+            continue
+        h = hh = model_record = None
+        probe_taken = host_probe_taken = False
+        gates = row[h_state] == "failing" or row[hh_state] == "failing" or row[mh_until] is not None
+        if full or gates:
+            named = dict(zip(names, row))
+            h = health_from(named) if full or named["h_state"] == "failing" else None
+            hh = health_from(named, "hh_") if full or named["hh_state"] == "failing" else None
+            probe_taken = health.probe_outstanding(h, selection.parse_time(named["h_probe_created_at"]), now)
+            host_probe_taken = health.probe_outstanding(hh, selection.parse_time(named["hh_probe_created_at"]), now)
+            model_record = None if model is None else model_health_from(named, model)
+        found[name] = selection.Facts(
+            name=name, key_env=key_env, rank=rank, weight=weight, block_reason=block_reason, blocked_at=blocked_at,
+            month_row=budget is not None, budget_nusd=budget, daily_budget_nusd=daily, month_key_env=month_key_env,
+            settled_nusd=settled or 0, open_nusd=open_ or 0, day_utc=day, day_settled_nusd=day_settled or 0,
+            day_open_nusd=day_open or 0, adjusted_nusd=adjusted, removed_at=removed_at, record=h,
+            probe_taken=probe_taken, host_record=hh, host_probe_taken=host_probe_taken, in_ledger=True,
+            model_record=model_record, stamped=stamped(row),
+        )
     return found
 
 
