@@ -80,7 +80,7 @@ def rough_key(c):
     them level: health, rank and warmth as ``compare`` takes them, then utilization as a float.
     Python divides two integers correctly rounded, and rounding keeps order, so a less committed
     account's float is never greater; accounts whose floats are level are ordered by ``compare``
-    (``ordered``)."""
+    (``ordered``). Budgets and weights are at least 1 (``records``), so it never divides by zero."""
     return (c.probe, c.rank, not c.warm, c.committed_nusd / (c.budget_nusd * c.weight))
 
 

@@ -77,9 +77,9 @@ CLIENT_TOKENS = ("COALESCE(mc.tokens, 0)", "COALESCE(mc.open_tokens, 0)")
 # The health rows admission gated on, as one text: a failure, a cooldown or a block recorded since
 # the read changes it, and the attempt is not inserted (the ledger reads again).
 STAMPED = (("h", "state", "state"), ("h", "failure_class", "class"), ("h", "cooldown_until", "cooldown_until"),
-            ("h", "last_failure_at", "last_failure_at"), ("hh", "state", "state"), ("hh", "failure_class", "class"),
-            ("hh", "cooldown_until", "cooldown_until"), ("hh", "last_failure_at", "last_failure_at"),
-            ("mh", "cooldown_until", "cooldown_until"))
+           ("h", "last_failure_at", "last_failure_at"), ("hh", "state", "state"), ("hh", "failure_class", "class"),
+           ("hh", "cooldown_until", "cooldown_until"), ("hh", "last_failure_at", "last_failure_at"),
+           ("mh", "cooldown_until", "cooldown_until"))
 STAMP_SQL = " || '|' || ".join(f"COALESCE({alias}.{column}, '')" for alias, column, _ in STAMPED)
 
 
