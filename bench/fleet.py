@@ -557,7 +557,8 @@ def breakdown(pg, admissions):
     print(f"\n### Where the server's time goes: one process, {admissions} admissions in a row, round trip 0")
 
     def backend_pid(app):
-        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+                             (app,)).fetchone()[0]
 
     def admit(led, tag, n):
         for i in range(n):
@@ -735,6 +736,60 @@ def hand_written(raw, n, tag, month, day):
             cursor.execute(";\n".join(["BEGIN", *(cursor.mogrify(sql, values) for sql in statements), "COMMIT"]))
 
 
+class Bouncer:
+    """PgBouncer in transaction mode in front of ``server``, for the database ``dbname``: the pooler
+    a fleet of ``llm`` processes would connect through, keeping the server's backends (their
+    catalog caches, their trigger functions' plans) warm across processes. None where the
+    ``pgbouncer`` binary is missing (Debian: apt-get install pgbouncer)."""
+
+    def __init__(self, server, dbname):
+        self.server, self.dbname, self.process = server, dbname, None
+
+    def __enter__(self):
+        import pgserver
+
+        binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
+        if binary is None:
+            return None
+        self.port = pgserver._free_port()
+        ini, users = self.server.dir / "pgbouncer.ini", self.server.dir / "pgbouncer-users.txt"
+        users.write_text('"postgres" ""\n')
+        ini.write_text(
+            f"[databases]\n{self.dbname} = host=127.0.0.1 port={self.server.port} dbname={self.dbname} user=postgres\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\nauth_type = trust\n"
+            f"auth_file = {users}\npool_mode = transaction\ndefault_pool_size = 2\n"
+            f"ignore_startup_parameters = extra_float_digits\npidfile = {self.server.dir}/pgbouncer.pid\n"
+            f"logfile = {self.server.dir}/pgbouncer.log\n"
+        )
+        if self.server.prefix:  # it refuses to run as root: as the server's user
+            import pwd
+
+            entry = pwd.getpwnam(pgserver.USER)
+            for path in (ini, users):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        self.process = subprocess.Popen([*self.server.prefix, binary, str(ini)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.time() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                self.pid = int((self.server.dir / "pgbouncer.pid").read_text())
+                return self
+            except (OSError, ValueError):
+                if time.time() > deadline or self.process.poll() is not None:
+                    raise SystemExit("pgbouncer did not start: " + (self.server.dir / "pgbouncer.log").read_text()[-500:])
+                time.sleep(0.05)
+
+    @property
+    def url(self):
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.dbname}"
+
+    def __exit__(self, *exc):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+
+
 def floors(pg, admissions, rounds, cold):
     """Server CPU per admission against its floors, in ``rounds`` rounds (the arms in turn in each,
     so drift in the machine touches each alike); the goals are ratios of the same round:
@@ -743,7 +798,10 @@ def floors(pg, admissions, rounds, cold):
     - hand-written: the rows those admissions write, written by hand (``hand_written``);
     - cold process: what an ``llm`` prompt's process costs the server, one admission per
       connection: connect, open the ledger, reserve and settle once (the backend's whole CPU);
-    - a fresh plain connection and one raw commit, the cold arm's floor."""
+    - a fresh plain connection and one raw commit, the cold arm's floor;
+    - cold process through PgBouncer in transaction mode (``Bouncer``, where it is installed): a
+      new connection to the pooler, open, one admission, on a server backend the pooler keeps;
+      the server CPU of its backends per process, and the pooler's own beside it."""
     import psycopg
 
     from llm_accounts import clock
@@ -755,7 +813,8 @@ def floors(pg, admissions, rounds, cold):
           f"admissions and {cold} cold processes, round trip 0")
 
     def pid_of(app):
-        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app,)).fetchone()[0]
+        return admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()",
+                             (app,)).fetchone()[0]
 
     def cpu_of(pid):
         return backend_cpu([pid])[pid]
@@ -768,6 +827,13 @@ def floors(pg, admissions, rounds, cold):
 
     for name in ("floor_ledger", "floor_hand"):
         admin.execute(f"CREATE SCHEMA {name}")
+    admin.execute("CREATE DATABASE floor_pooled")  # PgBouncer passes no search_path: its own database
+    bouncer = Bouncer(server, "floor_pooled").__enter__()
+    if bouncer is not None:
+        Ledger(bouncer.url.replace(f":{bouncer.port}/", f":{server.port}/")).close()  # created directly
+        for i in range(10):  # the pool's server connection, warmed as a fleet's would be
+            with Ledger(bouncer.url) as led:
+                admit(led, f"pooled-warmup-{i}", 1)
     url = f"{server.url}?options=-csearch_path%3Dfloor_ledger"
     warm = Ledger(url)
     admit(warm, "warmup", 20)
@@ -792,8 +858,8 @@ def floors(pg, admissions, rounds, cold):
         for i in range(cold):
             led = Ledger(url)  # connect and open, as a prompt's process does
             admit(led, f"cold{round_}-{i}", 1)
-            pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'llm-accounts' AND pid <> %s",
-                                (warm_pid,)).fetchone()[0]
+            pid = admin.execute("SELECT pid FROM pg_stat_activity WHERE application_name = 'llm-accounts' AND pid <> %s "
+                                "AND datname = current_database()", (warm_pid,)).fetchone()[0]
             spent.append(cpu_of(pid))
             led.close()
         figures["cold"].append(statistics.mean(spent))
@@ -806,6 +872,20 @@ def floors(pg, admissions, rounds, cold):
             spent.append(cpu_of(pid_of("fleet-cold-raw")))
             raw.close()
         figures["cold raw"].append(statistics.mean(spent))
+        if bouncer is not None:
+            def pooled_backends():
+                return {row[0]: cpu_of(row[0]) for row in admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = 'floor_pooled' AND backend_type = 'client backend'")}
+
+            before, bouncer_before = pooled_backends(), cpu_of(bouncer.pid)
+            for i in range(cold):
+                with Ledger(bouncer.url) as led:
+                    admit(led, f"pooled{round_}-{i}", 1)
+            after = pooled_backends()
+            figures["pooled"].append(sum(after[pid] - before.get(pid, 0) for pid in after) / cold)
+            figures["pooler"].append((cpu_of(bouncer.pid) - bouncer_before) / cold)
+    if bouncer is not None:
+        bouncer.__exit__()
     warm.close()
     hand.close()
     admin.close()
@@ -815,10 +895,20 @@ def floors(pg, admissions, rounds, cold):
     for name, label in (("warm", "warm admission (reserve + settle), one connection kept open"),
                         ("hand", "the same rows written by hand, one message per transaction, no triggers"),
                         ("cold", "cold process: connect + open + first admission (reserve + settle)"),
-                        ("cold raw", "cold plain connection + one raw commit")):
-        print(f"| {label} | {median[name] * 1000:.3f} |")
+                        ("cold raw", "cold plain connection + one raw commit"),
+                        ("pooled", "cold process through PgBouncer (transaction mode): its server backends"),
+                        ("pooler", "the same: PgBouncer's own CPU")):
+        if name in median:
+            print(f"| {label} | {median[name] * 1000:.3f} |")
+    if bouncer is None:
+        print("| cold process through PgBouncer | skipped: no pgbouncer binary (Debian: apt-get install pgbouncer) |")
     rows = [("warm admission / hand-written rows", [w / h for w, h in zip(figures["warm"], figures["hand"])], 1.5),
             ("cold process / warm admission", [c / w for c, w in zip(figures["cold"], figures["warm"])], 3.0)]
+    if bouncer is not None:
+        rows += [("cold process through PgBouncer / warm admission (server)",
+                  [c / w for c, w in zip(figures["pooled"], figures["warm"])], 3.0),
+                 ("the same, PgBouncer's CPU counted too",
+                  [(c + b) / w for c, b, w in zip(figures["pooled"], figures["pooler"], figures["warm"])], 3.0)]
     print("\n| ratio (per round) | median (min, max) | goal | |")
     print("|---|---|---|---|")
     for name, ratios, goal in rows:

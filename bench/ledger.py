@@ -1,6 +1,6 @@
 """Ledger throughput against raw SQLite commits, measured in the same run (architecture.md "Performance targets").
 
-    /tmp/venv/bin/python bench/ledger.py [--processes 8] [--seconds 3] [--rounds 2] [--dir DIR]
+    .venv/bin/python bench/ledger.py [--processes 8] [--seconds 3] [--rounds 2] [--pairs 400] [--dir DIR] [--postgres none]
 
 Prints:
 
@@ -8,8 +8,9 @@ Prints:
   count as two transactions), each process reserving and settling attempts of its own conversations;
 - raw SQLite commits per second from N processes doing ``BEGIN IMMEDIATE; INSERT; COMMIT`` on a
   file in the same directory with the same journal mode (WAL) and ``synchronous`` setting;
-- their ratio (goal >= 0.8);
-- the sequential cost of one reserve+settle as a multiple of two raw commits (goal <= 1.1), and
+- their ratio (goal >= 0.8): the median of the per-round ratios, with their min and max;
+- the sequential cost of one reserve+settle as a multiple of two raw commits (goal <= 1.1): the
+  median over rounds of 50 pairs of each round's ratio of medians, with their min and max; and
   how much of it is the ledger's SQL alone (its statements replayed without its Python).
 
 Raw and ledger runs alternate, ``--rounds`` times each, so drift in the machine affects both.
@@ -55,6 +56,12 @@ class Quote:
 
 ACCOUNTS = [Account("alpha", "ALPHA_KEY", 10**15), Account("beta", "BETA_KEY", 10**15)]
 USAGE = {"input_tokens": 1200, "output_tokens": 300, "cache_read_input_tokens": 0}
+
+
+def spread(ratios):
+    """The median of per-round ratios with their min and max: how every bench reports a ratio
+    (docs/performance.md "Goals and their latest figures")."""
+    return f"{statistics.median(ratios):.3f} (min {min(ratios):.3f}, max {max(ratios):.3f}; {len(ratios)} rounds)"
 
 
 def raw_connect(path):
@@ -140,10 +147,10 @@ def postgres(args):
             raw_rates.append(concurrent(raw_pg_worker, raw_url, args.processes, args.seconds))
             ledger_rates.append(concurrent(ledger_worker, url, args.processes, args.seconds))
             print(f"  round {round_ + 1}: raw {raw_rates[-1]:8.1f} commits/s   ledger {ledger_rates[-1]:8.1f} transactions/s")
-        raw_rate, ledger_rate = statistics.mean(raw_rates), statistics.mean(ledger_rates)
-        print(f"raw PostgreSQL commits/s:    {raw_rate:8.1f}")
-        print(f"ledger transactions/s:       {ledger_rate:8.1f}")
-        print(f"ratio ledger/raw:            {ledger_rate / raw_rate:8.3f}")
+        ratios = [ledger / raw for raw, ledger in zip(raw_rates, ledger_rates)]
+        print(f"raw PostgreSQL commits/s:    {statistics.median(raw_rates):8.1f} (median)")
+        print(f"ledger transactions/s:       {statistics.median(ledger_rates):8.1f} (median)")
+        print(f"ratio ledger/raw:            {spread(ratios)}")
     finally:
         try:
             admin.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
@@ -241,8 +248,11 @@ def sequential(raw_path, ledger_path, pairs):
     conn = raw_connect(raw_path)
     ledger = Ledger(ledger_path)
     replay = replayer(ledger, Scope, Complete)
-    raw_times, pair_times, replay_times = [], [], []
+    rounds = []
     for i in range(pairs):
+        if i % SEQUENTIAL_ROUND == 0:
+            rounds.append(([], [], []))
+        raw_times, pair_times, replay_times = rounds[-1]
         t = time.perf_counter()
         for _ in range(2):
             conn.execute("BEGIN IMMEDIATE")
@@ -255,7 +265,13 @@ def sequential(raw_path, ledger_path, pairs):
         t = time.perf_counter()
         replay()
         replay_times.append(time.perf_counter() - t)
-    return statistics.median(raw_times), statistics.median(pair_times), statistics.median(replay_times)
+    # Each round's medians: (two raw commits, reserve+settle, the same SQL replayed), in seconds.
+    return [tuple(statistics.median(times) for times in r) for r in rounds]
+
+
+#: Sequential pairs per round: each round's figure is the median of its pairs, and the ratio
+#: reported the median of the rounds' ratios.
+SEQUENTIAL_ROUND = 50
 
 
 def main():
@@ -285,16 +301,21 @@ def main():
             raw_rates.append(concurrent(raw_worker, raw_path, args.processes, args.seconds))
             ledger_rates.append(concurrent(ledger_worker, ledger_path, args.processes, args.seconds))
             print(f"  round {round_ + 1}: raw {raw_rates[-1]:8.1f} commits/s   ledger {ledger_rates[-1]:8.1f} transactions/s")
-        raw_rate, ledger_rate = statistics.mean(raw_rates), statistics.mean(ledger_rates)
-        ratio = ledger_rate / raw_rate
-        print(f"raw SQLite commits/s:        {raw_rate:8.1f}")
-        print(f"ledger transactions/s:       {ledger_rate:8.1f}")
-        print(f"ratio ledger/raw:            {ratio:8.3f}   (goal >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
+        ratios = [ledger / raw for raw, ledger in zip(raw_rates, ledger_rates)]
+        ratio = statistics.median(ratios)
+        print(f"raw SQLite commits/s:        {statistics.median(raw_rates):8.1f} (median)")
+        print(f"ledger transactions/s:       {statistics.median(ledger_rates):8.1f} (median)")
+        print(f"ratio ledger/raw:            {spread(ratios)}   (goal >= 0.8: {'met' if ratio >= 0.8 else 'MISSED'})")
 
-        raw_two, pair, sql_only = sequential(raw_path, ledger_path, args.pairs)
-        multiple = pair / raw_two
-        print(f"sequential, median of {args.pairs}: two raw commits {raw_two * 1000:.3f} ms, reserve+settle {pair * 1000:.3f} ms")
-        print(f"reserve+settle / two raw commits: {multiple:.3f}   (goal <= 1.1: {'met' if multiple <= 1.1 else 'MISSED'})")
+        rounds = sequential(raw_path, ledger_path, args.pairs)
+        multiples = [pair / raw_two for raw_two, pair, _ in rounds]
+        multiple = statistics.median(multiples)
+        raw_two, pair, sql_only = (statistics.median(r[i] for r in rounds) for i in range(3))
+        print(
+            f"sequential, {len(rounds)} rounds of {SEQUENTIAL_ROUND} pairs (each the median of its pairs): "
+            f"two raw commits {raw_two * 1000:.3f} ms, reserve+settle {pair * 1000:.3f} ms"
+        )
+        print(f"reserve+settle / two raw commits: {spread(multiples)}   (goal <= 1.1: {'met' if multiple <= 1.1 else 'MISSED'})")
         print(
             f"  of which the same SQL replayed without the ledger's Python: {sql_only * 1000:.3f} ms "
             f"({sql_only / raw_two:.3f} x two raw commits); Python: {(pair - sql_only) * 1000:.3f} ms"

@@ -351,13 +351,16 @@ _VALID_ACCOUNTS = {}
 def declared_accounts(accounts):
     declared = {}
     for account in accounts or ():
-        # Declarations are re-checked on every reserve; remember the ones already found valid.
-        # Only frozen dataclasses (such as declarations.Account) are remembered: they cannot change.
-        frozen = dataclasses.is_dataclass(account) and account.__dataclass_params__.frozen
-        if not (frozen and _VALID_ACCOUNTS.get(account) is account):
+        # Declarations are re-checked on every reserve; remember the ones already found valid, by
+        # identity: hashing a declaration hashes every field, once per declared account on every
+        # new conversation (docs/performance.md "Declared accounts"). The remembered object stays
+        # alive in the dict, so its id is never reused by another. Only frozen dataclasses (such
+        # as declarations.Account) are remembered: they cannot change.
+        if _VALID_ACCOUNTS.get(id(account)) is not account:
             _check_account(account)
+            frozen = dataclasses.is_dataclass(account) and account.__dataclass_params__.frozen
             if frozen and len(_VALID_ACCOUNTS) < 1024:
-                _VALID_ACCOUNTS[account] = account
+                _VALID_ACCOUNTS[id(account)] = account
         if account.name in declared:
             raise invalid(f"{account.name}.name", "declared twice")
         declared[account.name] = account

@@ -30,7 +30,10 @@ from .money import usd, usd_exact
 from .records import client_cap, client_token_cap, clients_only, lists_client
 
 
-@dataclasses.dataclass(frozen=True)
+# Candidate and Limit are made once per declared account on every new conversation, so they are
+# plain slotted dataclasses: a frozen one costs five times as much to make (docs/performance.md
+# "Declared accounts"). Nothing changes one once made.
+@dataclasses.dataclass(slots=True)
 class Candidate:
     name: str
     budget_nusd: int
@@ -70,6 +73,34 @@ def tied_before_scopes(a, b):
 def order(candidates):
     """Candidates, the one a new conversation binds first."""
     return sorted(candidates, key=functools.cmp_to_key(compare))
+
+
+def rough_key(c):
+    """A sort key that never puts two candidates against ``compare``'s order, though it may leave
+    them level: health, rank and warmth as ``compare`` takes them, then utilization as a float.
+    Python divides two integers correctly rounded, and rounding keeps order, so a less committed
+    account's float is never greater; accounts whose floats are level are ordered by ``compare``
+    (``ordered``). Budgets and weights are at least 1 (``records``), so it never divides by zero."""
+    return (c.probe, c.rank, not c.warm, c.committed_nusd / (c.budget_nusd * c.weight))
+
+
+def ordered(candidates):
+    """``order(candidates)``, sorted on ``rough_key`` (each comparison in C, once per candidate)
+    and by ``compare`` only among candidates that key leaves level: a new conversation orders
+    every declared account (docs/performance.md "Declared accounts")."""
+    keyed = sorted((rough_key(c), i, c) for i, c in enumerate(candidates))
+    out = []
+    i = 0
+    while i < len(keyed):
+        j = i + 1
+        while j < len(keyed) and keyed[j][0] == keyed[i][0]:
+            j += 1
+        if j == i + 1:
+            out.append(keyed[i][2])
+        else:
+            out.extend(order(k[2] for k in keyed[i:j]))
+        i = j
+    return out
 
 
 def first(candidates, n=2):
@@ -151,7 +182,7 @@ class OpenCount:
 NONE_OPEN = OpenCount()
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(slots=True)
 class Limit:
     """One limit an attempt must fit: ``spent + open + ahead + ceiling <= limit`` (docs/architecture.md
     "Waiting for room"). ``open`` is every open ceiling (``counted`` says by how many attempts and
@@ -276,11 +307,18 @@ class Facts:
     host_probe_taken: bool = False
     in_ledger: bool = False
     model_record: health.ModelHealth | None = None  # the requested model's cooldown here, if any
-    stamp: str | None = None  # its health rows as read, for the re-check under its lock (llm_accounts.ledger.recheck)
+    # Its health rows' columns as read (``recheck.STAMPED``), for the re-check under its lock
+    # (llm_accounts.ledger.recheck); joined into ``stamp`` only for the account admission chose.
+    stamped: tuple | None = None
 
     @property
     def spent_nusd(self):
         return self.settled_nusd + self.adjusted_nusd
+
+    @property
+    def stamp(self):
+        """The health rows as read, as one text (``recheck.STAMP_SQL`` makes the same under the lock)."""
+        return None if self.stamped is None else "|".join(str(value or "") for value in self.stamped)
 
 
 @dataclasses.dataclass
@@ -352,6 +390,8 @@ def period_conflict(account, facts, others, now):
 def gated(facts, now):
     """``(gate, health record, probe_taken)`` of the row that restricts this account most: its
     own or this machine's (``health.worse``)."""
+    if facts.record is None and facts.host_record is None:
+        return "open", None, facts.probe_taken  # no health row: what health.worse gives, read for every account
     record = health.shared(facts.record)
     return health.worse(
         (health.gate(record, now, facts.probe_taken), record, facts.probe_taken),

@@ -179,27 +179,7 @@ def verdicts(conn, provider, accounts, facts, quote, day, now, client=None, olde
     admission that fits reads no attempt rows (docs/performance.md "Spend views at any length of
     history")."""
     month = clock.credit_month(now)
-    asked = []
-    for account in accounts:
-        f = facts.get(account.name) or selection.Facts(name=account.name)
-        day_totals = (0, 0)
-        if getattr(account, "daily_budget_nusd", None) is not None:
-            day_totals = reads.day_totals(conn, provider, f, day)
-        totals = (0, 0, 0, 0)
-        if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
-            totals = tuple(reads.client_totals(conn, provider, account.name, month, client))
-        budget = f.budget_nusd or account.budget_nusd
-
-        def ask(counts=None, account=account, f=f, day_totals=day_totals, totals=totals, budget=budget):
-            return selection.verdict(
-                account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
-                others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
-                ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
-                ahead=_ahead(conn, provider, older, account, f, budget, day_totals, month),
-                open_counts=counts,
-            )
-
-        asked.append((ask, ask()))
+    asked = [_ask(conn, provider, account, facts, quote, day, now, client, older, month) for account in accounts]
     refused = [v.account.name for _, v in asked if v.limit is not None and v.limit.open]
     if not refused:
         return [v for _, v in asked]
@@ -207,14 +187,47 @@ def verdicts(conn, provider, accounts, facts, quote, day, now, client=None, olde
     return [ask(counts[v.account.name]) if v.account.name in counts else v for ask, v in asked]
 
 
+def _ask(conn, provider, account, facts, quote, day, now, client, older, month):
+    """``(ask, verdict)``: ``selection.verdict`` of ``account`` without open counts, and ``ask``,
+    which asks again with a refusal's open counts."""
+    f = facts.get(account.name) or selection.Facts(name=account.name)
+    day_totals = (0, 0)
+    if getattr(account, "daily_budget_nusd", None) is not None:
+        day_totals = reads.day_totals(conn, provider, f, day)
+    totals = (0, 0, 0, 0)
+    if client_cap(account, client) is not None or client_token_cap(account, client) is not None:
+        totals = tuple(reads.client_totals(conn, provider, account.name, month, client))
+    budget = f.budget_nusd or account.budget_nusd
+
+    def ask(counts=None):
+        return selection.verdict(
+            account, f, quote.ceiling_nusd, quote.requested_model, now, client=client,
+            others=facts.values(), day_totals=day_totals, client_totals=totals[:2],
+            ceiling_tokens=getattr(quote, "ceiling_tokens", None), client_token_totals=totals[2:],
+            ahead=_ahead(conn, provider, older, account, f, budget, day_totals, month),
+            open_counts=counts,
+        )
+
+    return ask, ask()
+
+
 def select(conn, provider, declared, facts, quote, day, now, client=None, older=()):
     """Order the candidates (docs/architecture.md "Selection") and bind the first. With none,
     the refusal carries the room held in flight on every account that would hold the attempt
     once its attempts in flight settled: a new conversation waits only when no account has room
     (docs/architecture.md "Waiting for room")."""
-    found = verdicts(conn, provider, list(declared.values()), facts, quote, day, now, client, older)
-    fit = [v for v in found if not v.code]
+    warm = set()
+    cert = getattr(quote, "cert", None)
+    if cert is not None and package.WARM_AFFINITY:
+        for row in conn.execute(
+            "SELECT account, expires_at FROM warm_prefix WHERE provider = ? AND cert = ?", (provider, cert)
+        ):
+            expires = selection.parse_time(row["expires_at"])
+            if expires is not None and expires > now:
+                warm.add(row["account"])
+    fit = _first_fit(conn, provider, declared, facts, quote, day, now, client, older, warm)
     if not fit:
+        found = verdicts(conn, provider, list(declared.values()), facts, quote, day, now, client, older)
         codes = {v.code for v in found}
         # One account: its own line. Several: each one's cause in a few words, the figures in
         # llm accounts status (docs/errors.md "One line").
@@ -231,25 +244,7 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
         raise AccountsError(
             "budget_exhausted" if held else code, f"no account can take a new conversation: {reasons}", held=held
         )
-    warm = set()
-    cert = getattr(quote, "cert", None)
-    if cert is not None and package.WARM_AFFINITY:
-        for row in conn.execute(
-            "SELECT account, expires_at FROM warm_prefix WHERE provider = ? AND cert = ?", (provider, cert)
-        ):
-            expires = selection.parse_time(row["expires_at"])
-            if expires is not None and expires > now:
-                warm.add(row["account"])
-    by_name = {v.account.name: v for v in fit}
-    every = [
-        selection.candidate(
-            v,
-            warm=v.account.name in warm
-            and selection.within_warm_bound(v.facts.spent_nusd, v.facts.open_nusd, quote.ceiling_nusd, v.budget_nusd),
-        )
-        for v in fit
-    ]
-    candidates = selection.first(every)
+    candidates = [c for c, _ in fit]
     if len(candidates) > 1 and selection.tied_before_scopes(candidates[0], candidates[1]):
         # Only a tie needs the count of conversations in flight, so only a tie reads it.
         scopes = dict(
@@ -262,12 +257,49 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
         # Only those tied with the first can come first once the scope count breaks the tie.
         candidates = selection.first(
             dataclasses.replace(c, open_scopes=scopes.get(c.name, 0))
-            for c in every if selection.tied_before_scopes(c, candidates[0])
+            for c in candidates if selection.tied_before_scopes(c, candidates[0])
         )
-    chosen = by_name[candidates[0].name]
+    chosen = dict((c.name, v) for c, v in fit)[candidates[0].name]
     if cert is not None and package.WARM_AFFINITY:
         chosen.warm = candidates[0].warm  # recorded on the binding (docs/architecture.md "Warm prefixes")
     return chosen
+
+
+def _first_fit(conn, provider, declared, facts, quote, day, now, client, older, warm):
+    """``[(candidate, verdict)]`` of the accounts that may take the attempt, in
+    ``selection.order``: the first two, and every one tied with the first before the count of
+    conversations in flight; empty when none may.
+
+    Only the accounts that can come first are asked for a verdict: each account's place in the
+    order is known from its facts before its verdict but for the probe key, which a verdict can
+    only move later (every healthy account comes before a probe). So the accounts are taken in
+    the order of their places as if healthy, and asked in turn until nothing left can come before
+    those found: a new conversation over 50 declared accounts asks two or three of them, not
+    fifty (docs/performance.md "Declared accounts")."""
+    month = clock.credit_month(now)
+    places = []
+    for account in declared.values():
+        f = facts.get(account.name) or selection.Facts(name=account.name)
+        budget = f.budget_nusd or account.budget_nusd
+        places.append(selection.Candidate(
+            name=account.name, budget_nusd=budget, committed_nusd=f.spent_nusd + f.open_nusd, rank=account.rank,
+            weight=account.weight,
+            warm=account.name in warm and selection.within_warm_bound(f.spent_nusd, f.open_nusd, quote.ceiling_nusd, budget),
+        ))
+    healthy, probes = [], []
+    for i, c in enumerate(selection.ordered(places)):
+        if len(healthy) > 1 and not (
+            selection.tied_before_scopes(healthy[0][0], healthy[1][0]) and selection.tied_before_scopes(c, healthy[0][0])
+        ):
+            return healthy  # nothing left comes before the second found, or ties with the first
+        v = _ask(conn, provider, declared[c.name], facts, quote, day, now, client, older, month)[1]
+        if v.code:
+            continue
+        if v.probe:  # its place is after every healthy account, among probes in the same order
+            probes.append((selection.candidate(v, warm=c.warm), v))
+        else:
+            healthy.append((c, v))
+    return healthy + probes
 
 
 # Waiting for room (docs/architecture.md "Waiting for room")

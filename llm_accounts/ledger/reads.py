@@ -7,6 +7,8 @@ meaning are written once (docs/architecture.md "Ledger", "Failure classes and he
 here writes.
 """
 
+import operator
+
 from .. import clock, health, selection
 from . import recheck
 
@@ -54,8 +56,8 @@ LEFT JOIN model_health mh ON mh.provider = t.provider AND mh.account = t.account
 WHERE t.id = ?1
 """
 
-_FACTS_SQL = f"""
-SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
+# Each column of a ``_FACTS_SQL`` row, over ``account a`` and the tables ``_FACTS_JOINS`` joins.
+_FACTS_COLUMNS = f"""a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.removed_at,
        CASE WHEN a.block_reason = 'settlement_conflict' THEN (SELECT j.source_ref FROM adjustment j
          WHERE j.provider = a.provider AND j.account = a.name AND j.kind = 'block'
          ORDER BY j.created_at DESC LIMIT 1) END AS block_source,
@@ -65,12 +67,17 @@ SELECT a.name, a.key_env, a.rank, a.weight, a.block_reason, a.blocked_at, a.remo
          WHERE j.provider = a.provider AND j.account = a.name AND j.month_utc = :month) AS adjusted_nusd,
        {_health_columns("h")}, {_probe_sql("h", "a")} AS h_probe_created_at,
        {_health_columns("hh")}, {_probe_sql("hh", "a", ":host")} AS hh_probe_created_at,
-       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until
-FROM account a
+       mh.since AS mh_since, mh.last_failure_at AS mh_last_failure_at, mh.cooldown_until AS mh_cooldown_until"""
+
+_FACTS_JOINS = """
 LEFT JOIN month m ON m.provider = a.provider AND m.name = a.name AND m.month_utc = :month
 LEFT JOIN health h ON h.provider = a.provider AND h.account = a.name
 LEFT JOIN host_health hh ON hh.provider = a.provider AND hh.account = a.name AND hh.host = :host
-LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model
+LEFT JOIN model_health mh ON mh.provider = a.provider AND mh.account = a.name AND mh.model = :model"""
+
+_FACTS_SQL = f"""
+SELECT {_FACTS_COLUMNS}
+FROM account a{_FACTS_JOINS}
 WHERE a.provider = :provider
 """
 
@@ -81,15 +88,19 @@ WHERE a.provider = :provider
 # (the write re-checks every figure it acts on under the account's lock: docs/architecture.md
 # "Ledger on PostgreSQL"). A pinned account, or a bound conversation's account when nothing is
 # excluded, is the only one read; a new conversation, or one moving on, reads every account. A
-# ledger with no account yet still gives one row, its facts columns NULL.
+# ledger with no account yet still gives one row, its facts columns NULL. The accounts are joined
+# to ``head`` directly, not through ``_FACTS_SQL`` as a subquery: SQLite would copy that subquery's
+# rows into a table first, which doubled the read's cost at 50 accounts (docs/performance.md
+# "Declared accounts").
 _ADMISSION_SQL = f"""
 WITH head AS (SELECT (SELECT 1 FROM attempt WHERE id = :attempt_id) AS duplicate,
        (SELECT MAX(month_utc) FROM month WHERE provider = :provider) AS newest,
        (SELECT account FROM binding WHERE scope_kind = :scope_kind AND scope_id = :scope_id
          AND provider = :provider) AS bound,
        (SELECT 1 FROM waiter LIMIT 1) AS waiting)
-SELECT head.*, f.* FROM head LEFT JOIN ({_FACTS_SQL}) f
-  ON :every = 1 OR f.name = COALESCE(:pinned, head.bound) OR (:pinned IS NULL AND head.bound IS NULL)
+SELECT head.*, {_FACTS_COLUMNS}
+FROM head LEFT JOIN account a ON a.provider = :provider
+  AND (:every = 1 OR a.name = COALESCE(:pinned, head.bound) OR (:pinned IS NULL AND head.bound IS NULL)){_FACTS_JOINS}
 """
 
 
@@ -102,7 +113,7 @@ def admission_facts(conn, scope, attempt_id, month, now, host, model, pinned=Non
         "month": month, "model": model, "host": host, "pinned": pinned, "every": int(every),
     }).fetchall()
     head = rows[0]
-    facts = {row["name"]: _facts_from_row(row, now, False, model) for row in rows if row["name"] is not None}
+    facts = _facts(rows, now, False, model)
     return head["duplicate"], head["newest"], head["bound"], head["waiting"], facts
 
 
@@ -139,45 +150,59 @@ def model_health_from(row, model):
     )
 
 
-def _facts_from_row(row, now, full=True, model=None):
-    """One ``_FACTS_SQL`` row as ``selection.Facts``. ``full=False`` (admission) skips parsing a
-    healthy row: only a failing one gates."""
-    h = health_from(row) if full or row["h_state"] == "failing" else None
-    hh = health_from(row, "hh_") if full or row["hh_state"] == "failing" else None
-    return selection.Facts(
-        name=row["name"],
-        key_env=row["key_env"],
-        rank=row["rank"],
-        weight=row["weight"],
-        block_reason=row["block_reason"],
-        blocked_at=row["blocked_at"],
-        block_source=row["block_source"],
-        month_row=row["budget_nusd"] is not None,
-        budget_nusd=row["budget_nusd"],
-        daily_budget_nusd=row["daily_budget_nusd"],
-        month_key_env=row["month_key_env"],
-        settled_nusd=row["settled_nusd"] or 0,
-        open_nusd=row["open_nusd"] or 0,
-        day_utc=row["day_utc"],
-        day_settled_nusd=row["day_settled_nusd"] or 0,
-        day_open_nusd=row["day_open_nusd"] or 0,
-        adjusted_nusd=row["adjusted_nusd"],
-        removed_at=row["removed_at"],
-        record=h,
-        probe_taken=health.probe_outstanding(h, selection.parse_time(row["h_probe_created_at"]), now),
-        host_record=hh,
-        host_probe_taken=health.probe_outstanding(hh, selection.parse_time(row["hh_probe_created_at"]), now),
-        in_ledger=True,
-        model_record=None if model is None else model_health_from(row, model),
-        stamp=recheck.stamp(row),
-    )
+# The columns of a facts row that ``Facts`` takes as they are, in this order.
+_PLAIN = ("name", "key_env", "rank", "weight", "block_reason", "blocked_at", "budget_nusd", "daily_budget_nusd",
+          "month_key_env", "settled_nusd", "open_nusd", "day_utc", "day_settled_nusd", "day_open_nusd",
+          "adjusted_nusd", "removed_at", "block_source")
+# The columns of a facts row that ``recheck.STAMPED`` names (``Facts.stamped``).
+_STAMP_COLUMNS = tuple(f"{alias}_{name}" for alias, _, name in recheck.STAMPED)
 
 
 def read_facts(conn, provider, month, now, host, full=True, model=None):
-    return {
-        row["name"]: _facts_from_row(row, now, full, model)
-        for row in conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host})
-    }
+    return _facts(conn.execute(_FACTS_SQL, {"provider": provider, "month": month, "model": model, "host": host}).fetchall(),
+                  now, full, model)
+
+
+def _facts(rows, now, full, model):
+    """``{name: selection.Facts}`` of ``_FACTS_SQL`` rows. ``full=False`` (admission) parses only
+    the health rows that gate: a failing one, or the model's cooldown.
+
+    The columns are found by position, once per statement: a row looks a column up by name by
+    comparing it with each column's name in turn, and a new conversation reads every declared
+    account's row (docs/performance.md "Declared accounts")."""
+    if not rows:
+        return {}
+    names = rows[0].keys()
+    at = {name: i for i, name in enumerate(names)}
+    plain = operator.itemgetter(*(at[column] for column in _PLAIN))
+    stamped = operator.itemgetter(*(at[column] for column in _STAMP_COLUMNS))
+    h_state, hh_state, mh_until = at["h_state"], at["hh_state"], at["mh_cooldown_until"]
+    found = {}
+    for row in rows:
+        (name, key_env, rank, weight, block_reason, blocked_at, budget, daily, month_key_env, settled, open_, day,
+         day_settled, day_open, adjusted, removed_at, block_source) = plain(row)
+        if name is None:  # a ledger with no account yet
+            continue
+        h = hh = model_record = None
+        probe_taken = host_probe_taken = False
+        gates = row[h_state] == "failing" or row[hh_state] == "failing" or row[mh_until] is not None
+        if full or gates:
+            named = dict(zip(names, row))
+            h = health_from(named) if full or named["h_state"] == "failing" else None
+            hh = health_from(named, "hh_") if full or named["hh_state"] == "failing" else None
+            probe_taken = health.probe_outstanding(h, selection.parse_time(named["h_probe_created_at"]), now)
+            host_probe_taken = health.probe_outstanding(hh, selection.parse_time(named["hh_probe_created_at"]), now)
+            model_record = None if model is None else model_health_from(named, model)
+        found[name] = selection.Facts(
+            name=name, key_env=key_env, rank=rank, weight=weight, block_reason=block_reason, blocked_at=blocked_at,
+            block_source=block_source,
+            month_row=budget is not None, budget_nusd=budget, daily_budget_nusd=daily, month_key_env=month_key_env,
+            settled_nusd=settled or 0, open_nusd=open_ or 0, day_utc=day, day_settled_nusd=day_settled or 0,
+            day_open_nusd=day_open or 0, adjusted_nusd=adjusted, removed_at=removed_at, record=h,
+            probe_taken=probe_taken, host_record=hh, host_probe_taken=host_probe_taken, in_ledger=True,
+            model_record=model_record, stamped=stamped(row),
+        )
+    return found
 
 
 def read_health(conn, provider, name):

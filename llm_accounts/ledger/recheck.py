@@ -76,19 +76,14 @@ CLIENT_TOKENS = ("COALESCE(mc.tokens, 0)", "COALESCE(mc.open_tokens, 0)")
 
 # The health rows admission gated on, as one text: a failure, a cooldown or a block recorded since
 # the read changes it, and the attempt is not inserted (the ledger reads again).
-_STAMPED = (("h", "state", "state"), ("h", "failure_class", "class"), ("h", "cooldown_until", "cooldown_until"),
-            ("h", "last_failure_at", "last_failure_at"), ("hh", "state", "state"), ("hh", "failure_class", "class"),
-            ("hh", "cooldown_until", "cooldown_until"), ("hh", "last_failure_at", "last_failure_at"),
-            ("mh", "cooldown_until", "cooldown_until"))
-STAMP_SQL = " || '|' || ".join(f"COALESCE({alias}.{column}, '')" for alias, column, _ in _STAMPED)
+STAMPED = (("h", "state", "state"), ("h", "failure_class", "class"), ("h", "cooldown_until", "cooldown_until"),
+           ("h", "last_failure_at", "last_failure_at"), ("hh", "state", "state"), ("hh", "failure_class", "class"),
+           ("hh", "cooldown_until", "cooldown_until"), ("hh", "last_failure_at", "last_failure_at"),
+           ("mh", "cooldown_until", "cooldown_until"))
+STAMP_SQL = " || '|' || ".join(f"COALESCE({alias}.{column}, '')" for alias, column, _ in STAMPED)
 
 
-EMPTY_STAMP = "|" * (len(_STAMPED) - 1)  # an account with no health rows (or not in the ledger yet)
-
-
-def stamp(row):
-    """The same text from a ``reads._FACTS_SQL`` row (columns ``<alias>_<name>``)."""
-    return "|".join(str(row[f"{alias}_{name}"] or "") for alias, _, name in _STAMPED)
+EMPTY_STAMP = "|" * (len(STAMPED) - 1)  # an account with no health rows (or not in the ledger yet)
 
 
 @dataclasses.dataclass
