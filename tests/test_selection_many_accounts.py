@@ -114,5 +114,5 @@ def test_a_new_conversation_no_account_may_take_names_every_account(ledger):
     with pytest.raises(AccountsError) as caught:
         ledger.reserve(Scope("conversation", "new"), "new", QUOTE, declared, now=T0 + dt.timedelta(seconds=1))
     assert caught.value.code == "budget_exhausted"
-    for account in declared:
-        assert f"account '{account.name}'" in caught.value.message
+    for account in declared:  # each with its cause in a few words (docs/errors.md "One line")
+        assert f"{account.name}: " in caught.value.message
