@@ -84,16 +84,16 @@ LOG_SQL = """
 CREATE TABLE IF NOT EXISTS bench_commit_log (
     seq INTEGER PRIMARY KEY AUTOINCREMENT, event TEXT NOT NULL, attempt_id TEXT, account TEXT,
     month_utc TEXT, day_utc TEXT, old_state TEXT, new_state TEXT, ceiling_nusd INTEGER,
-    old_cost INTEGER, new_cost INTEGER, delta_nusd INTEGER);
+    old_cost INTEGER, new_cost INTEGER, delta_nusd INTEGER, old_ceiling INTEGER);
 CREATE TRIGGER IF NOT EXISTS bench_log_insert AFTER INSERT ON attempt BEGIN
     INSERT INTO bench_commit_log (event, attempt_id, account, month_utc, day_utc, new_state, ceiling_nusd, new_cost)
     VALUES ('insert', NEW.id, NEW.account, NEW.month_utc, NEW.day_utc, NEW.state, NEW.ceiling_nusd, NEW.cost_nusd);
 END;
 CREATE TRIGGER IF NOT EXISTS bench_log_update AFTER UPDATE ON attempt BEGIN
     INSERT INTO bench_commit_log (event, attempt_id, account, month_utc, day_utc, old_state, new_state,
-        ceiling_nusd, old_cost, new_cost)
+        ceiling_nusd, old_cost, new_cost, old_ceiling)
     VALUES ('update', NEW.id, NEW.account, NEW.month_utc, NEW.day_utc, OLD.state, NEW.state, NEW.ceiling_nusd,
-        OLD.cost_nusd, NEW.cost_nusd);
+        OLD.cost_nusd, NEW.cost_nusd, OLD.ceiling_nusd);
 END;
 CREATE TRIGGER IF NOT EXISTS bench_log_delete AFTER DELETE ON attempt BEGIN
     INSERT INTO bench_commit_log (event, attempt_id, account) VALUES ('delete', OLD.id, OLD.account);
@@ -393,8 +393,10 @@ def check(ledger_path, requests_log, accounts, keys, fleet):
             continue
         old_state = event["old_state"]
         if old_state == "open":
-            month_open[name, month] -= event["ceiling_nusd"]
-            day_open[name, day] -= event["ceiling_nusd"]
+            # The ceiling it held until now: a shrink on message_start lowers it while it stays
+            # open (docs/pricing.md "Shrinking a hold on message_start").
+            month_open[name, month] -= event["old_ceiling"]
+            day_open[name, day] -= event["old_ceiling"]
         elif old_state == "settled":
             month_settled[name, month] -= event["old_cost"]
             day_settled[name, day] -= event["old_cost"]

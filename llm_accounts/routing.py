@@ -183,7 +183,7 @@ class RoutedCall:
                 # same bound, never retrying this account (docs/architecture.md "Failover").
                 self.failures.append((account.name, "no key", error))
                 self.last_retriable = None
-                return self._begin()
+                return self.begin()
             raise self._noted(error)
         return Attempt(reservation, secret)
 

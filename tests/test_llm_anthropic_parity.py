@@ -60,8 +60,9 @@ def test_the_ceiling_reserved_follows_the_default_max_tokens(accounts, ledger_pa
 
     ok("-m", HAIKU, "Hello")
     [row] = attempts(ledger_path)
-    assert row["ceiling_nusd"] == ladder.quote_for("claude-haiku-4-5").ceiling_nusd
-    assert row["ceiling_nusd"] == ladder.quote_for("claude-haiku-4-5", max_tokens=64_000).ceiling_nusd
+    # What was reserved before sending (the hold shrinks once message_start counts the input).
+    assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5").ceiling_nusd
+    assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5", max_tokens=64_000).ceiling_nusd
 
 
 # user_id

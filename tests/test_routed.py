@@ -63,7 +63,10 @@ def test_llm_logs_keep_usage_and_the_routing_object(accounts, user_path, ledger_
     routing = json.loads(turn["response_json"])["routing"]
     assert routing["account"] == row["account"]
     assert routing["attempts"] == [
-        {"id": row["id"], "account": row["account"], "outcome": "complete", "cost_nusd": row["cost_nusd"], "ceiling_nusd": row["ceiling_nusd"]}
+        # ceiling_nusd what was reserved; held_nusd the hold message_start's counts left
+        # (docs/pricing.md "Shrinking a hold on message_start").
+        {"id": row["id"], "account": row["account"], "outcome": "complete", "cost_nusd": row["cost_nusd"],
+         "ceiling_nusd": row["reserved_nusd"], "held_nusd": row["ceiling_nusd"]}
     ]
     assert routing["price_revision"] == row["price_revision"]
 
@@ -426,7 +429,7 @@ def test_a_ceiling_larger_than_every_budget_says_what_helps(accounts, ledger_pat
     result = llm_cli("-m", "claude-routed/claude-sonnet-4-6", "Hello")
     assert result.exit_code == 1
     assert "budget_exhausted" in result.output
-    assert "1,000,000-token context window" in result.output
+    assert "1,000,000-token window" in result.output
     assert "claude-routed/claude-haiku-4-5" in result.output
     assert accounts.requests == []
 
