@@ -32,7 +32,9 @@ def attempts(ledger_path):
 def recorded_waits(monkeypatch, start):
     """The clock starts at ``start`` and each wait the sync loop makes moves it on instead of
     sleeping; returns the list the waits are recorded in, in seconds."""
-    from llm_accounts import clock, models
+    import time
+
+    from llm_accounts import clock, routing
 
     now, slept = [start], []
 
@@ -41,7 +43,8 @@ def recorded_waits(monkeypatch, start):
         now[0] += dt.timedelta(seconds=seconds)
 
     monkeypatch.setattr(clock, "now", lambda: now[0])
-    monkeypatch.setattr(models, "time", types.SimpleNamespace(sleep=sleep))
+    # The sync loop's waits are RoutedCall.pause's (and UnroutedCall's) sleeps.
+    monkeypatch.setattr(routing, "time", types.SimpleNamespace(sleep=sleep, monotonic=time.monotonic))
     return slept
 
 

@@ -304,7 +304,7 @@ def test_a_routed_us_answer_settles_at_1_1x_under_a_1_1x_ceiling(accounts, ledge
     tokens = usage["input_tokens"] * 100 + usage["output_tokens"] * 500
     assert (row["state"], row["outcome"]) == ("settled", "complete")
     assert row["cost_nusd"] == math.ceil(Fraction(tokens) * Fraction(11, 10))
-    assert row["ceiling_nusd"] == HAIKU_55_ONE_SAMPLING * 11 // 10
+    assert row["reserved_nusd"] == HAIKU_55_ONE_SAMPLING * 11 // 10  # reserved before sending
     assert "inference_geo" not in accounts.requests[-1]["body"]
 
 
@@ -313,7 +313,7 @@ def test_a_routed_prompt_pinning_global_sends_it_and_reserves_1_0x(accounts, led
     assert result.exit_code == 0, result.output
     [row] = attempts(ledger_path)
     assert accounts.requests[-1]["body"]["inference_geo"] == "global"
-    assert row["ceiling_nusd"] == HAIKU_55_ONE_SAMPLING
+    assert row["reserved_nusd"] == HAIKU_55_ONE_SAMPLING  # reserved before sending
     usage = accounts.requests[-1]["usage"]
     assert row["cost_nusd"] == usage["input_tokens"] * 100 + usage["output_tokens"] * 500
 
