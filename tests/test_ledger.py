@@ -10,6 +10,7 @@ import sqlite3
 
 import pytest
 
+from llm_accounts import clock
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
@@ -59,9 +60,10 @@ def sqlite_file(ledger, tmp_path):
     return ledger.export(tmp_path / "export" / "ledger.db")
 
 
-def committed(ledger, account, month="2026-11"):
-    """Settled costs + adjustments + open ceilings, summed from the rows (not the running totals)."""
-    (spend,) = [s for s in ledger.spend(account, month)]
+def committed(ledger, account, month=None):
+    """Settled costs + adjustments + open ceilings, summed from the rows (not the running totals);
+    by default in T0's credit period, the instant these tests admit at."""
+    (spend,) = [s for s in ledger.spend(account, month or clock.credit_month(T0))]
     return spend["spent_nusd"] + spend["open_ceiling_nusd"]
 
 
