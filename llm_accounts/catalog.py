@@ -157,21 +157,9 @@ def fetch_model_ids(secret, http, base=None):
         params = {"limit": PAGE_LIMIT}
         if after:
             params["after_id"] = after
-        with http.stream("GET", base + "/v1/models", params=params, headers=transport.headers(secret, stream=False)) as response:
-            status = response.status_code
-            body = transport.read_bounded(response, transport.ANSWER_LIMIT if status == 200 else transport.ERROR_BODY_LIMIT)
-        if status != 200:
-            from . import classify
-
-            info = classify.parse_error_body(body)
-            raise AccountsError(
-                classify.error_code_for(classify.outcome_for_status(status)),
-                f"GET /v1/models answered HTTP {status} {info.provider_error_type}",
-                http_status=status,
-            )
-        if len(body) > transport.ANSWER_LIMIT:
-            # Nothing of it is kept (docs/errors.md "Answers past their bound").
-            raise AccountsError("provider_error", "GET /v1/models answered with a list that passed its bound and was not read")
+        body = transport.get_bounded(
+            http, base + "/v1/models", params, transport.headers(secret, stream=False), "GET /v1/models", "a list"
+        )
         page = json.loads(body)
         page = page if isinstance(page, dict) else {}
         data = page.get("data") if isinstance(page.get("data"), list) else []

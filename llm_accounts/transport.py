@@ -303,6 +303,26 @@ def read_bounded(response, limit):
     return b"".join(bounded_chunks(response, limit))
 
 
+def get_bounded(http, url, params, headers, what, noun):
+    """The body of a ``GET`` that answered 200, read within ``ANSWER_LIMIT``. Any other status
+    raises its error code, naming ``what`` (such as "GET /v1/models"), the status and the
+    documented error type; a body past its bound raises ``provider_error`` calling it ``noun``.
+    Nothing of the provider's text is repeated (docs/errors.md "Answers past their bound")."""
+    with http.stream("GET", url, params=params, headers=headers) as response:
+        status = response.status_code
+        body = read_bounded(response, ANSWER_LIMIT if status == 200 else ERROR_BODY_LIMIT)
+    if status != 200:
+        info = classify.parse_error_body(body)
+        raise AccountsError(
+            classify.error_code_for(classify.outcome_for_status(status)),
+            f"{what} answered HTTP {status} {info.provider_error_type}",
+            http_status=status,
+        )
+    if len(body) > ANSWER_LIMIT:
+        raise AccountsError("provider_error", f"{what} answered with {noun} that passed its bound and was not read")
+    return body
+
+
 async def aread_bounded(response, limit):
     """``read_bounded`` for an async response."""
     return b"".join([chunk async for chunk in abounded_chunks(response, limit)])

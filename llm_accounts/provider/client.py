@@ -52,21 +52,7 @@ def headers(secret, beta=None):
 
 
 def _get(http, base, path, params, secret, beta=None):
-    with http.stream("GET", base + path, params=params, headers=headers(secret, beta)) as response:
-        status = response.status_code
-        body = transport.read_bounded(response, transport.ANSWER_LIMIT if status == 200 else transport.ERROR_BODY_LIMIT)
-    if status != 200:
-        from .. import classify
-
-        info = classify.parse_error_body(body)
-        raise AccountsError(
-            classify.error_code_for(classify.outcome_for_status(status)),
-            f"GET {path} answered HTTP {status} {info.provider_error_type}",
-            http_status=status,
-        )
-    if len(body) > transport.ANSWER_LIMIT:
-        # Nothing of it is kept (docs/errors.md "Answers past their bound").
-        raise AccountsError("provider_error", f"GET {path} answered with a report that passed its bound and was not read")
+    body = transport.get_bounded(http, base + path, params, headers(secret, beta), f"GET {path}", "a report")
     try:
         page = json.loads(body)
     except ValueError:
