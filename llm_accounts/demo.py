@@ -81,7 +81,7 @@ class Demo:
         say(f"-> account {account}: reserved {usd_fine(ceiling)}, settled at {usd_fine(cost)} ({outcome}).")
         if explain:
             say(f"The reservation is the worst case: {DEMO_MODEL.split('/')[1]}'s whole 200,000-token window at its")
-            say("dearest input rate plus max_tokens of output. Once the answer starts, the hold shrinks to the")
+            say("input rate plus max_tokens of output. Once the answer starts, the hold shrinks to the")
             say("counted input plus max_tokens of output; the answer's usage then settles the real cost, so no")
             say("account can be overspent, however many prompts run at once.")
         return account
@@ -214,7 +214,7 @@ def _story(demo, standin, keys, llm_cmd="llm", note=None):
     demo.run("-m", DEMO_MODEL, "List five birds that can swim")
     demo.run("logs", "-n", "1", "--json", output=_routing)
 
-    say("The tiny account's $0.50 budget is below this model's $0.72 ceiling at its default max_tokens")
+    say("The tiny account's $0.50 budget is below this model's $0.52 ceiling at its default max_tokens")
     say("(64,000), so a conversation pinned to it is refused before anything is sent, in one line:")
     demo.run("-m", DEMO_MODEL, "-o", "account", "tiny", "Hello", expect_failure=True)
     say("A lower -o max_tokens lowers the ceiling until it fits:")

@@ -116,9 +116,12 @@ class Rates:
     cache_read: int
     output: int
 
-    def input_side(self):
-        """Every rate an input token can be billed at (fresh, written for 5m or 1h, read)."""
-        return (self.input, self.write_5m, self.write_1h, self.cache_read)
+    def input_side(self, ttls=CACHE_TTLS):
+        """The rates an input token can be billed at: fresh, read from the cache, and written
+        for each TTL in ``ttls``, the TTLs the request's cache marks ask for (docs/pricing.md
+        "Ceiling": the provider writes to the cache only at a request's own breakpoints)."""
+        writes = {"5m": self.write_5m, "1h": self.write_1h}
+        return (self.input, self.cache_read, *(writes[ttl] for ttl in CACHE_TTLS if ttl in ttls))
 
 
 @dataclass(frozen=True)
@@ -799,8 +802,9 @@ def quote(body, revision=None):
     """Price the worst case of the frozen request ``body`` (the exact bytes to be sent).
 
     ``C = ceil(Imax * Pin + Omax * Pout)`` (docs/pricing.md "Ceiling"): Imax is the model's
-    context window, Pin the greatest input-side rate and Pout the greatest output rate of every
-    tier a request of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
+    context window, Pin the greatest input-side rate that applies (fresh, cache read, and the
+    cache writes of the TTLs the request's marks ask for) and Pout the greatest output rate of
+    every tier a request of Imax input tokens can be billed at, Omax the request's max_tokens. Raises
     ``AccountsError("unsupported_pricing")`` for anything the revision does not price.
 
     With server tools (docs/pricing.md "Server tools") the provider samples up to
@@ -844,7 +848,11 @@ def quote(body, revision=None):
     tools = tool_bounds.bounds(request.get("tools"), revision.server_tool_fees, revision.id)
     samplings = tool_bounds.ITERATIONS if tools.any else 1
     tiers = price.tiers_up_to(samplings * price.context_window)
-    pin = max(rate for tier in tiers for rate in tier.input_side())
+    # Cache writes happen only at the request's own cache marks, each at its TTL, so only those
+    # write rates apply; how the server-side sampling loop caches is not documented, so a
+    # request with a server tool is priced at every write rate (docs/pricing.md "Ceiling").
+    ttls = CACHE_TTLS if tools.any else _marked_ttls(request)
+    pin = max(rate for tier in tiers for rate in tier.input_side(ttls))
     pout = max(tier.output for tier in tiers)
     ceiling = math.ceil(geo * samplings * (price.context_window * pin + max_tokens * pout)) + tools.fees_nusd
     cert, hour_after_key = _warm_prefix(request, model_id)
@@ -873,6 +881,15 @@ def _count(value, *, required=False):
     return value
 
 
+def _marked_ttls(request):
+    """The cache TTLs a parsed request's marks ask for: its blocks' and its top-level
+    (automatic caching) ``cache_control``."""
+    ttls = {_ttl(block) for _, block, _, _ in _blocks(request)}
+    ttls.add(_ttl(request))
+    ttls.discard(None)
+    return ttls
+
+
 def _request_ttls(request_body):
     try:
         request = json.loads(request_body)
@@ -880,10 +897,7 @@ def _request_ttls(request_body):
         raise _Incomplete from None
     if not isinstance(request, dict):
         raise _Incomplete
-    ttls = {_ttl(block) for _, block, _, _ in _blocks(request)}
-    ttls.add(_ttl(request))
-    ttls.discard(None)
-    return ttls
+    return _marked_ttls(request)
 
 
 def _cache_writes(usage, created, request_body):

@@ -971,16 +971,17 @@ async def test_failing_blocked_and_exhausted_accounts_are_marked_in_the_charts(d
 
 
 @pytest.fixture
-def shipped_default(monkeypatch):
-    monkeypatch.delenv("LLM_ACCOUNTS_MODEL", raising=False)
+def opus_default(monkeypatch):
+    # Claude Opus 4.6 as the default model: its $9.02 ceiling is above alpha's $7.75 left today.
+    monkeypatch.setenv("LLM_ACCOUNTS_MODEL", "claude-opus-4-6")
     from llm_accounts.ladder import quote_for
 
-    return "claude-sonnet-4-6", usd_fine(quote_for("claude-sonnet-4-6").ceiling_nusd)
+    return "claude-opus-4-6", usd_fine(quote_for("claude-opus-4-6").ceiling_nusd)
 
 
 @pytest.mark.asyncio
-async def test_dashboard_marks_accounts_without_room_for_the_default_prompt(ds, at_now, shipped_default):
-    model, ceiling = shipped_default
+async def test_dashboard_marks_accounts_without_room_for_the_default_prompt(ds, at_now, opus_default):
+    model, ceiling = opus_default
     html = await dashboard_html(ds)
     # alpha: $10.00 a day, $2.25 of it used; beta: its budget spent.
     assert f"Cannot take a plain claude-routed prompt: $7.75 left today, below the {ceiling} ceiling of {model}" in account_row(html, "alpha")

@@ -33,24 +33,25 @@ def warned(result):
 
 
 def test_add_warns_when_the_budget_is_below_the_default_models_ceiling_and_names_a_model_that_fits():
-    result = run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    # $3.00 is below even the window's input ($3.30 with the US-only 1.1x), so no max_tokens fits.
+    result = run("add", "small", "--key-env", "SMALL_KEY", "--budget", "3.00")
     assert result.exit_code == 0
     assert [account.name for account in load_declaration().accounts] == ["small"]  # added all the same
     assert warned(result) == [
-        "Warning: account 'small': its budget of $5.00 is below the $8.712 ceiling a plain claude-routed prompt "
+        "Warning: account 'small': its budget of $3.00 is below the $5.412 ceiling a plain claude-routed prompt "
         "reserves (claude-sonnet-4-6 at its default max_tokens 128,000), so such a prompt is never admitted here; "
-        "claude-routed/claude-haiku-5-5 fits ($1.276 ceiling at its default max_tokens), or raise the budget"
+        "claude-routed/claude-haiku-5-5 fits ($0.726 ceiling at its default max_tokens), or raise the budget"
     ]
 
 
 def test_add_names_the_max_tokens_that_fits_when_the_window_alone_fits():
-    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "7.00")
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "5.00")
     assert result.exit_code == 0
     [line] = warned(result)
     # The ceiling covers US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
-    assert "its daily budget of $7.00 is below the $8.712 ceiling" in line
-    assert line.endswith("; -o max_tokens 24242 or lower fits, or raise the daily budget")
-    assert quote_for(DEFAULT, max_tokens=24242).ceiling_nusd <= 7 * 10**9 < quote_for(DEFAULT, max_tokens=24243).ceiling_nusd
+    assert "its daily budget of $5.00 is below the $5.412 ceiling" in line
+    assert line.endswith("; -o max_tokens 103030 or lower fits, or raise the daily budget")
+    assert quote_for(DEFAULT, max_tokens=103030).ceiling_nusd <= 5 * 10**9 < quote_for(DEFAULT, max_tokens=103031).ceiling_nusd
 
 
 def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
@@ -60,7 +61,7 @@ def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
     )
     assert result.exit_code == 0
     dollars, tokens = warned(result)
-    assert "its client 'ci-bot' cap of $2.00 is below the $8.712 ceiling" in dollars
+    assert "its client 'ci-bot' cap of $2.00 is below the $5.412 ceiling" in dollars
     assert "its client 'ci-bot' cap of 1,000,000 tokens is below the 1,128,000-token ceiling" in tokens
     assert "claude-routed/claude-haiku-4-5-20251001 fits (264,000-token ceiling" in tokens
 
@@ -109,7 +110,7 @@ def test_status_json_carries_the_warnings():
     data = json.loads(result.output)
     assert data["accounts"][0]["name"] == "small"
     [line] = data["warnings"]
-    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $8.712 ceiling")
+    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $5.412 ceiling")
 
 
 def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():
@@ -153,9 +154,9 @@ def small_account(budget_nusd):
 def test_a_shipped_model_that_fits_is_named_before_one_only_the_users_price_file_knows():
     book = nova_book(400_000, 32_000)
     # Nova's ceiling fits the budget and is larger than the shipped model's that also fits.
-    assert quote_for("claude-haiku-5-5", book).ceiling_nusd < quote_for("claude-nova-6", book).ceiling_nusd < 5 * 10**9
-    [line] = fits.warnings(small_account(5 * 10**9), book)
-    assert line.endswith("; claude-routed/claude-haiku-5-5 fits ($1.276 ceiling at its default max_tokens), or raise the budget")
+    assert quote_for("claude-haiku-5-5", book).ceiling_nusd < quote_for("claude-nova-6", book).ceiling_nusd < 3 * 10**9
+    [line] = fits.warnings(small_account(3 * 10**9), book)
+    assert line.endswith("; claude-routed/claude-haiku-5-5 fits ($0.726 ceiling at its default max_tokens), or raise the budget")
 
 
 def test_a_model_only_the_users_price_file_knows_is_named_when_no_shipped_model_fits():

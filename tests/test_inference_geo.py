@@ -187,15 +187,16 @@ def test_a_usage_built_from_a_provider_report_row_settles_at_its_geo():
 
 # Ceilings --------------------------------------------------------------------------------------
 
-SONNET_46_ONE_SAMPLING = 1_000_000 * 6000 + 4096 * 15000  # its window at the 1h write rate + max_tokens out
+SONNET_46_ONE_SAMPLING = 1_000_000 * 3000 + 4096 * 15000  # its window at the input rate (no cache mark) + max_tokens out
+SONNET_46_ALL_WRITES = 1_000_000 * 6000 + 4096 * 15000  # at the 1h write rate: a server tool's samplings
 
 
 def test_a_ceiling_without_the_field_covers_1_1x_on_a_4_6_model():
-    assert quote(request()).ceiling_nusd == SONNET_46_ONE_SAMPLING * 11 // 10 == 6_667_584_000
+    assert quote(request()).ceiling_nusd == SONNET_46_ONE_SAMPLING * 11 // 10 == 3_367_584_000
 
 
 def test_a_ceiling_with_global_pinned_is_1_0x():
-    assert quote(request(inference_geo="global")).ceiling_nusd == SONNET_46_ONE_SAMPLING == 6_061_440_000
+    assert quote(request(inference_geo="global")).ceiling_nusd == SONNET_46_ONE_SAMPLING == 3_061_440_000
 
 
 def test_a_ceiling_with_us_pinned_is_1_1x():
@@ -203,30 +204,33 @@ def test_a_ceiling_with_us_pinned_is_1_1x():
 
 
 def test_a_ceiling_on_a_model_without_geo_pricing_is_unchanged():
-    assert quote(request(model=HAIKU_45, max_tokens=64_000)).ceiling_nusd == 200_000 * 2000 + 64_000 * 5000
+    assert quote(request(model=HAIKU_45, max_tokens=64_000)).ceiling_nusd == 200_000 * 1000 + 64_000 * 5000
 
 
 def test_a_ceiling_covers_the_largest_multiplier_a_model_prices():
     revision = user_revision()
-    # 1000 x 14 + 100 x 13 = 15,300 at 1.25 (eu, the largest) = 19,125.
-    assert quote(request("claude-odd-7", 100), revision).ceiling_nusd == 19_125
-    assert quote(request("claude-odd-7", 100, inference_geo="us"), revision).ceiling_nusd == 16_830
-    assert quote(request("claude-odd-7", 100, inference_geo="global"), revision).ceiling_nusd == 15_300
+    # No cache mark: 1000 x 7 + 100 x 13 = 8,300 at 1.25 (eu, the largest) = 10,375.
+    assert quote(request("claude-odd-7", 100), revision).ceiling_nusd == 10_375
+    assert quote(request("claude-odd-7", 100, inference_geo="us"), revision).ceiling_nusd == 9_130
+    assert quote(request("claude-odd-7", 100, inference_geo="global"), revision).ceiling_nusd == 8_300
 
 
 @pytest.mark.parametrize("geo", ["us", "eu", "global", "not_available", None])
 def test_the_worst_answer_at_any_geo_fits_the_unpinned_ceiling(geo):
-    # Every input token at the dearest input rate and max_tokens out: the most a request can bill.
+    # A request with a one-hour mark: every input token written for an hour and max_tokens out,
+    # the most it can bill.
     revision = user_revision()
     usage = {"input_tokens": 0, "output_tokens": 100, "cache_creation_input_tokens": 1000,
              "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 1000}, "inference_geo": geo}
-    ceiling = quote(request("claude-odd-7", 100), revision).ceiling_nusd
+    marked = request("claude-odd-7", 100, cache_control={"type": "ephemeral", "ttl": "1h"})
+    ceiling = quote(marked, revision).ceiling_nusd
+    assert ceiling == 19_125  # 1000 x 14 + 100 x 13 at 1.25
     assert settlement_cost(usage, "claude-odd-7", None, revision) <= ceiling
 
 
 def test_a_server_tool_ceiling_multiplies_the_tokens_and_not_the_fees():
     tools = [{"type": "web_search_20250305", "name": "web_search", "max_uses": 2}]
-    samplings = 10 * SONNET_46_ONE_SAMPLING
+    samplings = 10 * SONNET_46_ALL_WRITES
     assert quote(request(tools=tools)).ceiling_nusd == samplings * 11 // 10 + 2 * WEB_SEARCH_FEE
     assert quote(request(tools=tools, inference_geo="global")).ceiling_nusd == samplings + 2 * WEB_SEARCH_FEE
 
@@ -283,7 +287,7 @@ def test_an_option_value_other_than_us_or_global_is_refused_in_one_line(accounts
 
 # End to end through the stand-in ----------------------------------------------------------------
 
-HAIKU_55_ONE_SAMPLING = 1_000_000 * 1000 + 64_000 * 2500  # upper tier (reachable in its window), default max_tokens
+HAIKU_55_ONE_SAMPLING = 1_000_000 * 500 + 64_000 * 2500  # upper tier input (reachable in its window), default max_tokens
 
 
 def test_a_model_without_geo_pricing_refuses_the_option_before_anything_is_sent(accounts, ledger_path):
@@ -369,4 +373,4 @@ def test_prices_json_gives_each_models_geo_multipliers_as_decimal_strings():
     models = {model["id"]: model for model in json.loads(result.output)["models"]}
     assert models[SONNET_46]["inference_geo"] == {"us": "1.1"}
     assert models[HAIKU_45]["inference_geo"] is None
-    assert models[SONNET_46]["ceiling_nusd"] == 8_712_000_000  # $7.92 at standard rates, times 1.1
+    assert models[SONNET_46]["ceiling_nusd"] == 5_412_000_000  # $4.92 at standard rates, times 1.1

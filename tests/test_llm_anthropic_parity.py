@@ -362,10 +362,10 @@ def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
     result = ok("accounts", "prices", "--model", "claude-sonnet-4-6")
     header, row = [line for line in result.output.splitlines() if line.startswith(("model ", "claude-sonnet-4-6"))]
     assert header.split()[5:7] == ["default", "ceiling"]  # after "max out"
-    # $7.92 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
-    assert row.split()[4:6] == ["128,000", "$8.712"]
+    # $4.92 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
+    assert row.split()[4:6] == ["128,000", "$5.412"]
 
 
 def test_prices_json_gives_the_ceiling_in_nanodollars():
     [model] = json.loads(ok("accounts", "prices", "--model", "claude-haiku-4-5", "--json").output)["models"]
-    assert (model["default_max_tokens"], model["ceiling_nusd"]) == (64_000, 720_000_000)
+    assert (model["default_max_tokens"], model["ceiling_nusd"]) == (64_000, 520_000_000)

@@ -6,6 +6,8 @@ from fractions import Fraction
 
 import pytest
 from click.testing import CliRunner
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llm_accounts.cli import accounts
 from llm_accounts.errors import AccountsError
@@ -208,21 +210,99 @@ def test_revision_refuses_a_name_listed_twice():
 
 
 def test_ceiling_for_sonnet_4_5_by_hand():
-    # Imax 200,000 at the 1h write rate $6/MTok + 1,000 output at $15/MTok; the >200K tier
-    # cannot apply to a 200K window.
-    assert quote(request(max_tokens=1000)).ceiling_nusd == 200_000 * 6000 + 1000 * 15000 == 1_215_000_000
+    # Imax 200,000 at the input rate $3/MTok (no cache mark, so no cache write can be billed)
+    # + 1,000 output at $15/MTok; the >200K tier cannot apply to a 200K window.
+    assert quote(request(max_tokens=1000)).ceiling_nusd == 200_000 * 3000 + 1000 * 15000 == 615_000_000
+
+
+def marked(mark, where="system"):
+    """A request whose system block, or the request itself (automatic caching), carries ``mark``."""
+    block = {"type": "text", "text": "You are terse.", "cache_control": mark}
+    if where == "system":
+        return request(max_tokens=1000, system=[block])
+    return request(max_tokens=1000, cache_control=mark)
+
+
+def test_a_five_minute_mark_prices_the_window_at_the_five_minute_write_rate():
+    assert quote(marked({"type": "ephemeral"})).ceiling_nusd == 200_000 * 3750 + 1000 * 15000
+
+
+def test_a_one_hour_mark_prices_the_window_at_the_one_hour_write_rate():
+    assert quote(marked({"type": "ephemeral", "ttl": "1h"})).ceiling_nusd == 200_000 * 6000 + 1000 * 15000
+
+
+def test_automatic_caching_is_a_mark_at_its_ttl():
+    assert quote(marked({"type": "ephemeral"}, where="request")).ceiling_nusd == 200_000 * 3750 + 1000 * 15000
+    hour = marked({"type": "ephemeral", "ttl": "1h"}, where="request")
+    assert quote(hour).ceiling_nusd == 200_000 * 6000 + 1000 * 15000
+
+
+def test_a_mark_nested_in_a_tool_result_counts():
+    content = [
+        {"type": "tool_result", "tool_use_id": "toolu_1",
+         "content": [{"type": "text", "text": "42", "cache_control": {"type": "ephemeral", "ttl": "1h"}}]},
+    ]
+    body = request(max_tokens=1000, messages=[{"role": "user", "content": content}])
+    assert quote(body).ceiling_nusd == 200_000 * 6000 + 1000 * 15000
+
+
+def test_the_dearest_mark_decides_when_a_request_mixes_ttls():
+    system = [
+        {"type": "text", "text": "one", "cache_control": {"type": "ephemeral", "ttl": "1h"}},
+        {"type": "text", "text": "two", "cache_control": {"type": "ephemeral"}},
+    ]
+    assert quote(request(max_tokens=1000, system=system)).ceiling_nusd == 200_000 * 6000 + 1000 * 15000
 
 
 def test_ceiling_for_opus_4_6_by_hand():
     # Its workspace may default to US-only inference, billed 1.1x (docs/pricing.md "Inference
     # geo (data residency)"): a request that pins no geo is reserved at 1.1x.
     body = request(model="claude-opus-4-6", max_tokens=128_000)
-    assert quote(body).ceiling_nusd == (1_000_000 * 10_000 + 128_000 * 25_000) * 11 // 10 == 14_520_000_000
+    assert quote(body).ceiling_nusd == (1_000_000 * 5_000 + 128_000 * 25_000) * 11 // 10 == 9_020_000_000
 
 
 def test_ceiling_for_haiku_5_5_uses_the_upper_tier_its_window_can_reach():
     body = request(model="claude-haiku-5-5", max_tokens=2000)
-    assert quote(body).ceiling_nusd == (1_000_000 * 1000 + 2000 * 2500) * 11 // 10 == 1_105_500_000
+    # Above 100K input every token is billed at the upper tier: $0.50 input, $2.50 output.
+    assert quote(body).ceiling_nusd == (1_000_000 * 500 + 2000 * 2500) * 11 // 10 == 555_500_000
+
+
+MARKS = {
+    "none": (),
+    "5m": ({"type": "ephemeral"},),
+    "1h": ({"type": "ephemeral", "ttl": "1h"},),
+    "both": ({"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral"}),
+}
+
+
+@given(
+    marks=st.sampled_from(sorted(MARKS)),
+    model=st.sampled_from(["claude-sonnet-4-5-20250929", "claude-haiku-5-5", "claude-sonnet-4-6"]),
+    shares=st.lists(st.integers(0, 1000), min_size=4, max_size=4),
+    filled=st.integers(0, 1000),
+    max_tokens=st.integers(1, 64_000),
+    output=st.integers(0, 64_000),
+    geo=st.sampled_from([None, "global", "us"]),
+)
+def test_no_usage_a_request_can_be_billed_costs_more_than_its_ceiling(marks, model, shares, filled, max_tokens, output, geo):
+    """Any input up to the window, split over fresh, read and the writes of the TTLs the request
+    marks, with any output up to max_tokens, at any geo the model prices: the ceiling covers it."""
+    system = [{"type": "text", "text": f"block {i}", "cache_control": mark} for i, mark in enumerate(MARKS[marks])]
+    body = request(model=model, max_tokens=max_tokens, **({"system": system} if system else {}))
+    ceiling = quote(body).ceiling_nusd
+    price = current_revision().model(model)
+    total = price.context_window * filled // 1000
+    ttls = {mark.get("ttl", "5m") for mark in MARKS[marks]}
+    weights = [shares[0], shares[1], shares[2] if "5m" in ttls else 0, shares[3] if "1h" in ttls else 0]
+    parts = [total * w // (sum(weights) or 1) for w in weights]
+    parts[0] += total - sum(parts)  # fresh takes the rounding
+    fresh, read, w5, w1h = parts
+    usage = {
+        "input_tokens": fresh, "cache_read_input_tokens": read, "cache_creation_input_tokens": w5 + w1h,
+        "cache_creation": {"ephemeral_5m_input_tokens": w5, "ephemeral_1h_input_tokens": w1h},
+        "output_tokens": min(output, max_tokens), "inference_geo": geo if price.geo_multipliers or geo != "us" else None,
+    }
+    assert settlement_cost(usage, model, body, None) <= ceiling
 
 
 def test_ceiling_rounds_up_fractional_rates():
@@ -257,7 +337,7 @@ def test_quote_takes_bytes_only():
 
 
 def test_max_tokens_equal_to_the_model_maximum_is_accepted():
-    assert quote(request(max_tokens=64_000)).ceiling_nusd == 200_000 * 6000 + 64_000 * 15000
+    assert quote(request(max_tokens=64_000)).ceiling_nusd == 200_000 * 3000 + 64_000 * 15000
 
 
 @pytest.mark.parametrize("max_tokens", [None, 0, -1, True, 1.0, "1000", 64_001])

@@ -53,7 +53,8 @@ def test_a_web_search_ceiling_is_ten_samplings_plus_each_search_fee():
 
 def test_a_request_without_server_tools_keeps_the_one_sampling_ceiling():
     quote = pricing.quote(body([{"name": "lookup", "description": "", "input_schema": {"type": "object"}}]))
-    assert quote.ceiling_nusd == 200_000 * 2_000 + 4_096 * 5_000
+    # Not a server tool, so the marks decide the input rate: none here, so the input rate.
+    assert quote.ceiling_nusd == 200_000 * 1_000 + 4_096 * 5_000
     assert not quote.server_tools
 
 

@@ -64,7 +64,7 @@ def test_a_three_token_prompt_on_the_default_model_holds_cents_not_dollars():
     hold = pricing.counted_hold(start_usage(3), SONNET_46, request, None, quote.max_output, quote.ceiling_nusd)
     # Sonnet 4.6 at $3 in, $15 out, times the 1.1 a "us" workspace may be billed at.
     assert hold.hold_nusd == (3 * 3000 + 8192 * 15_000) * 11 // 10
-    assert hold.hold_nusd * 40 < quote.ceiling_nusd
+    assert hold.hold_nusd * 25 < quote.ceiling_nusd
 
 
 def test_a_request_pinned_to_the_global_geo_holds_without_the_us_multiplier():
@@ -114,12 +114,17 @@ def test_a_served_model_the_revision_does_not_price_keeps_the_ceiling():
 
 def test_a_hold_that_would_not_be_below_the_ceiling_keeps_the_ceiling():
     window = pricing.current_revision().model(HAIKU).context_window
-    # The whole window written for an hour: the dearest input rate on every token, as the ceiling.
+    # A request with a one-hour mark whose whole window is written for an hour: the dearest input
+    # rate on every token, as the ceiling.
+    marked = body(cache_control={"type": "ephemeral", "ttl": "1h"})
     usage = {**start_usage(0), "cache_creation_input_tokens": window,
              "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": window}}
-    assert hold_of(usage) is None
+    assert hold_of(usage, marked) is None
     assert hold_of({**usage, "cache_creation_input_tokens": window - 1,
-                    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": window - 1}})
+                    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": window - 1}}, marked)
+    # Without a mark the ceiling prices the window fresh: all of it fresh is the ceiling again.
+    assert hold_of(start_usage(window)) is None
+    assert hold_of(start_usage(window - 1))
 
 
 @given(

@@ -426,7 +426,7 @@ def test_a_routed_prompt_on_a_user_priced_model_settles_at_the_users_rates(nova_
     # The ceiling is the user's window at its dearest input rate plus the default max_tokens,
     # capped at the model's maximum output.
     reserved = row["reserved_nusd"] or row["ceiling_nusd"]  # a streamed answer shrank the hold
-    assert reserved == 400000 * NOVA_RATES["write_1h"] + 32000 * NOVA_RATES["output"]
+    assert reserved == 400000 * NOVA_RATES["input"] + 32000 * NOVA_RATES["output"]  # no cache mark: the input rate
 
 
 def test_the_default_model_can_be_a_user_priced_one(nova_priced, ledger_path, monkeypatch):
