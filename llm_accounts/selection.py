@@ -21,6 +21,7 @@ first (docs/architecture.md "Selection"):
 5. account name.
 """
 
+import datetime as dt
 import dataclasses
 import functools
 import heapq
@@ -152,14 +153,25 @@ def when(t):
     return t.strftime("%Y-%m-%d %H:%M UTC" if t.second == 0 and t.microsecond == 0 else "%Y-%m-%d %H:%M:%S UTC")
 
 
-def out_of_credit(name, until=None):
+def soon(t, now):
+    """A cooldown's end for a one-line refusal: the time alone when it is within a day of ``now``
+    (cooldowns last minutes), else ``when``."""
+    if now <= t < now + dt.timedelta(hours=20):
+        return t.strftime("%H:%M UTC" if t.second == 0 and t.microsecond == 0 else "%H:%M:%S UTC")
+    return when(t)
+
+
+def out_of_credit(name, until=None, now=None):
     """The one story of an account the provider says is out of credit (docs/architecture.md "Quota
     exhaustion"), told alike by the attempt that found it and by every prompt refused while it
     cools: not our ledger's budget (``budget_exhausted``), the provider's credit."""
-    skipped = f"until {when(until)}" if until is not None else f"for {health.DWELL['quota_exhausted'].seconds // 60} minutes"
+    if until is None:
+        skipped = f"for the next {health.DWELL['quota_exhausted'].seconds // 60} minutes"
+    else:
+        skipped = f"until {when(until) if now is None else soon(until, now)}"
     return (
-        f"account '{name}' is out of credit at the provider (quota_exhausted): prompts skip it {skipped}, then one "
-        f"prompt tries it again; after adding credit, clear it at once with: llm accounts unblock {name}"
+        f"account '{name}' is out of credit at the provider (quota_exhausted) {skipped}; "
+        f"after adding credit: llm accounts unblock {name}"
     )
 
 
@@ -364,11 +376,16 @@ def period_conflict(account, facts, others, now):
     month = clock.credit_month(now)
     ends = when(clock.credit_period(month)[1])
     if facts.month_row:
+        # Only the one that differs is named, with the command that declares it again; the rule
+        # is in docs/errors.md "Budget and key fixed for a credit period".
+        if facts.budget_nusd != account.budget_nusd:
+            return (
+                f"account '{name}''s budget is fixed at {money(facts.budget_nusd)} for credit period {month}: "
+                f"llm accounts set {name} --budget {_usd_argument(facts.budget_nusd)}"
+            )
         return (
-            f"account '{name}' started credit period {month} with budget {money(facts.budget_nusd)} and key_env "
-            f"{facts.month_key_env}, which stay fixed until the period ends at {ends}; declare those values until then "
-            "(a new period may change them; the daily budget and client caps may change at any time), "
-            "or correct spend with llm accounts adjust"
+            f"account '{name}''s key_env is fixed to {facts.month_key_env} for credit period {month}; "
+            f"declare that key_env for it again until {ends}"
         )
     holder = next(
         (
@@ -381,10 +398,16 @@ def period_conflict(account, facts, others, now):
     if holder is None:
         return None
     return (
-        f"key_env {account.key_env} already holds account '{holder}''s budget for credit period {month}, "
-        f"and a key has one budget a period, so account '{name}' cannot start another; use the name '{holder}' "
-        f"until the period ends at {ends}, or give account '{name}' its own key"
+        f"key_env {account.key_env} holds '{holder}''s budget for {month} (one budget a key); use "
+        f"'{holder}' or give '{name}' its own key"
     )
+
+
+def _usd_argument(nusd):
+    """Nanodollars as a command's USD argument, exact and without a thousands separator:
+    ``20.00``, ``0.123456789``."""
+    whole, frac = divmod(nusd, 10**9)
+    return f"{whole}.{f'{frac:09d}'.rstrip('0').ljust(2, '0')}"
 
 
 def gated(facts, now):
@@ -466,8 +489,8 @@ def verdict(
             attempt = f.block_source[len(MANUAL_CONFLICT):]
             return v.refuse(
                 "account_blocked",
-                f"account '{name}' is blocked (settlement_conflict): attempt {attempt[:8]}'s answer differs from its "
-                f"manual reconcile; once checked (llm accounts adjust corrects it): llm accounts unblock {name}",
+                f"account '{name}' is blocked: attempt {attempt[:8]}'s answer contradicts your reconcile; "
+                f"once checked: llm accounts unblock {name}",
                 "blocked (settlement_conflict with a manual reconcile)",
             )
         return v.refuse(
@@ -490,16 +513,16 @@ def verdict(
         if h.failure_class == "quota_exhausted" and not probe_taken:
             return v.refuse(
                 health.COOLING_CODES["quota_exhausted"],
-                out_of_credit(name, h.cooldown_until),
+                out_of_credit(name, h.cooldown_until, now),
                 f"out of credit at the provider until {h.cooldown_until:%H:%M} UTC",
             )
         if probe_taken:
-            until, reason = "its one probe attempt is in flight; wait for its outcome", "a probe attempt is in flight"
+            until, reason = "its probe attempt is in flight; wait for it", "a probe attempt is in flight"
         else:
-            until = f"cooling until {when(h.cooldown_until)}, then one probe attempt is let through"
+            until = f"cooling until {soon(h.cooldown_until, now)}, then one probe is let through"
             reason = f"cooling down after {h.failure_class}{here} until {h.cooldown_until:%H:%M} UTC"
         if h.failure_class == "quota_exhausted":
-            until += f"; after adding credit, clear it with: llm accounts unblock {name}"
+            until += f"; after adding credit: llm accounts unblock {name}"
         if not probe_taken and h.failure_class in health.GROWING:
             v.retry_at = h.cooldown_until
         return v.refuse(
@@ -511,9 +534,8 @@ def verdict(
         until = f.model_record.cooldown_until
         return v.refuse(
             health.COOLING_CODES["model_unavailable"],
-            f"account '{name}' answered that model {model} is not available to it (model_unavailable); the model "
-            f"cools there until {when(until)} while other models still route there; once it is enabled, clear it with: "
-            f"llm accounts unblock {name}",
+            f"account '{name}' does not offer {model} (model_unavailable) until {soon(until, now)}; "
+            f"once enabled: llm accounts unblock {name}",
             f"model {model} unavailable here until {until:%H:%M} UTC",
         )
     v.probe = gate == "probe"

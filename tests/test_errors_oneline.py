@@ -295,7 +295,7 @@ def test_a_cooling_account_with_its_probe_in_flight_says_so_once(ledger_path):
     with pytest.raises(AccountsError) as caught:
         ledger.reserve(Scope("conversation", "c1"), "a3", quote, [work], now=t0 + dt.timedelta(hours=2, seconds=1))
     assert caught.value.message.startswith(
-        "account 'work' is failing (provider_outage); its one probe attempt is in flight; wait for its outcome"
+        "account 'work' is failing (provider_outage); its probe attempt is in flight; wait for it"
     )
     assert caught.value.message.count("probe") == 1
 

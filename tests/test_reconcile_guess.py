@@ -42,8 +42,8 @@ def test_the_next_prompt_on_the_blocked_account_names_the_manual_reconcile_and_t
     error = refusal(lambda: ledger.reserve(conv("c2"), "a2", quote(1), [work], now=T0))
     assert error.code == "no_account_available"  # a new conversation: no account could take it
     assert error.message.endswith(
-        "account 'work' is blocked (settlement_conflict): attempt guessed-'s answer differs from its manual reconcile; "
-        "once checked (llm accounts adjust corrects it): llm accounts unblock work"
+        "account 'work' is blocked: attempt guessed-'s answer contradicts your reconcile; "
+        "once checked: llm accounts unblock work"
     )
 
 
