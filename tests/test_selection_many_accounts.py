@@ -116,3 +116,26 @@ def test_a_new_conversation_no_account_may_take_names_every_account(ledger):
     assert caught.value.code == "budget_exhausted"
     for account in declared:  # each with its cause in a few words (docs/errors.md "One line")
         assert f"{account.name}: " in caught.value.message
+
+
+def test_a_new_conversation_over_many_accounts_passes_one_whose_key_another_name_holds(ledger):
+    # acct12 reads as least used (no spend this period) but its key holds acct00's budget, so its
+    # verdict reads every account's facts (selection.period_conflict) and refuses it.
+    declared = accounts()
+    for account in declared:
+        ledger.reserve(Scope("conversation", f"spend-{account.name}"), f"spend-{account.name}", QUOTE, declared,
+                       pinned=account.name, now=T0)
+        ledger.settle(f"spend-{account.name}", Complete(NANO // 100, {}, MODEL), now=T0)
+    declared.append(Account("acct12", "ACCT00_KEY", 1000 * NANO))
+    expected = first_of_every_verdict(ledger, declared, T0)
+    got = ledger.reserve(Scope("conversation", "new"), "new", QUOTE, declared, now=T0)
+    assert got.account == expected != "acct12"
+
+
+def test_a_conversation_bound_among_many_accounts_stays_when_another_comes_first(ledger):
+    declared = accounts()
+    first = ledger.reserve(Scope("conversation", "c"), "c-1", QUOTE, declared, now=T0)
+    ledger.settle("c-1", Complete(QUOTE.ceiling_nusd, {}, MODEL), now=T0)  # the only one with spend
+    assert first_of_every_verdict(ledger, declared, T0) != first.account
+    again = ledger.reserve(Scope("conversation", "c"), "c-2", QUOTE, declared, now=T0)
+    assert (again.account, again.new_binding) == (first.account, False)

@@ -28,7 +28,10 @@ def reserve(ledger, host, scope, attempt_id, quote, declared, pinned, client, ll
     changed that account between the two, up to ``BUSY_TIMEOUT_S`` (docs/architecture.md "Ledger").
     A ``Reservation``, or an ``AccountsError``."""
     deadline = time.monotonic() + package.BUSY_TIMEOUT_S
-    args = (host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter)
+    # A new conversation over several accounts reads each one's place first and the facts of those
+    # it asks (``reads.Placed``), where the reads share the admission's snapshot.
+    placed = pinned is None and len(declared) >= PLACED_FROM and ledger._backend.rechecked_reads_in_transaction
+    args = (host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter, placed)
     while True:
         plan = core.in_transaction(ledger, choose, args, core.RECHECKED)
         if callable(plan):  # a refusal that queues or drops this caller's place first: it raises
@@ -67,7 +70,14 @@ def _write(ledger, plan):
         raise
 
 
-def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None):
+#: From how many declared accounts a new conversation reads their places before their facts
+#: (``reads.Placed``): with fewer, reading the facts of the one or two asked again costs more than
+#: the columns it leaves out (docs/performance.md "Declared accounts").
+PLACED_FROM = 4
+
+
+def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_response_id, exclude, now, waiter=None,
+           placed=False):
     """The read half of an admission, in one snapshot: a ``recheck.Plan``, an ``AccountsError``,
     or a refusal's write (a function of ``conn`` returning ``core.Deferred``) that queues or drops
     this caller's place as a waiter first."""
@@ -76,7 +86,7 @@ def choose(conn, host, scope, attempt_id, quote, declared, pinned, client, llm_r
     month, day = clock.credit_month(now), clock.utc_day(now)
     # Only the pinned or bound account's facts, unless a conversation may move on (``exclude``).
     duplicate, newest, bound, waiting, facts = reads.admission_facts(
-        conn, scope, attempt_id, month, now, host, quote.requested_model, pinned, every=bool(exclude)
+        conn, scope, attempt_id, month, now, host, quote.requested_model, pinned, every=bool(exclude), placed=placed
     )
     if duplicate:
         raise AccountsError(
@@ -227,6 +237,7 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
                 warm.add(row["account"])
     fit = _first_fit(conn, provider, declared, facts, quote, day, now, client, older, warm)
     if not fit:
+        reads.load(facts, list(declared))
         found = verdicts(conn, provider, list(declared.values()), facts, quote, day, now, client, older)
         codes = {v.code for v in found}
         # One account: its own line. Several: each one's cause in a few words, the figures in
@@ -265,6 +276,11 @@ def select(conn, provider, declared, facts, quote, day, now, client=None, older=
     return chosen
 
 
+#: How many accounts' facts a new conversation reads at once, the first in order: the two it needs
+#: and one more, for a refusal among them (``reads.Placed``).
+ASKED_AT_ONCE = 3
+
+
 def _first_fit(conn, provider, declared, facts, quote, day, now, client, older, warm):
     """``[(candidate, verdict)]`` of the accounts that may take the attempt, in
     ``selection.order``: the first two, and every one tied with the first before the count of
@@ -279,15 +295,17 @@ def _first_fit(conn, provider, declared, facts, quote, day, now, client, older, 
     month = clock.credit_month(now)
     places = []
     for account in declared.values():
-        f = facts.get(account.name) or selection.Facts(name=account.name)
-        budget = f.budget_nusd or account.budget_nusd
+        budget, spent, open_ = reads.place(facts, account.name)
+        budget = budget or account.budget_nusd
         places.append(selection.Candidate(
-            name=account.name, budget_nusd=budget, committed_nusd=f.spent_nusd + f.open_nusd, rank=account.rank,
+            name=account.name, budget_nusd=budget, committed_nusd=spent + open_, rank=account.rank,
             weight=account.weight,
-            warm=account.name in warm and selection.within_warm_bound(f.spent_nusd, f.open_nusd, quote.ceiling_nusd, budget),
+            warm=account.name in warm and selection.within_warm_bound(spent, open_, quote.ceiling_nusd, budget),
         ))
     healthy, probes = [], []
-    for i, c in enumerate(selection.ordered(places)):
+    places = selection.ordered(places)
+    reads.load(facts, [c.name for c in places[:ASKED_AT_ONCE]])  # the facts of those likely asked, in one read
+    for i, c in enumerate(places):
         if len(healthy) > 1 and not (
             selection.tied_before_scopes(healthy[0][0], healthy[1][0]) and selection.tied_before_scopes(c, healthy[0][0])
         ):
