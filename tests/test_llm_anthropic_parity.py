@@ -55,6 +55,18 @@ def test_max_tokens_option_still_sets_it(accounts):
     assert sent(accounts)["max_tokens"] == 300
 
 
+def test_llms_own_default_options_set_max_tokens_for_every_cli_prompt(accounts, ledger_path):
+    # docs/prompting.md: "llm models options set claude-routed max_tokens N" is how a CLI user
+    # lowers what every plain prompt holds once its answer starts.
+    ok("models", "options", "set", "claude-routed", "max_tokens", "4096")
+    ok("-m", "claude-routed", "Hello")
+    assert sent(accounts)["max_tokens"] == 4096
+    from llm_accounts import ladder
+
+    [row] = attempts(ledger_path)
+    assert row["reserved_nusd"] == ladder.quote_for("claude-sonnet-4-6", max_tokens=4096).ceiling_nusd
+
+
 def test_the_ceiling_reserved_follows_the_default_max_tokens(accounts, ledger_path):
     from llm_accounts import ladder
 
