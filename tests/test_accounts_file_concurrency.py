@@ -12,22 +12,29 @@ ACCOUNTS = [f"acct{i}" for i in range(8)]
 def run_at_once(user_path, argvs):
     env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_ACCOUNTS"}
     env["LLM_USER_PATH"] = str(user_path)
-    # Every process waits for a go file, so their read-modify-writes overlap.
-    go = user_path / "go"
+    # Every process imports llm, says it is ready, then blocks on its stdin until all are ready,
+    # so their read-modify-writes overlap. Waiting is on pipes, never a polling loop: eight
+    # spinning processes are what made this test time out on a loaded machine.
     starter = (
-        "import os, sys, time\n"
-        f"while not os.path.exists({str(go)!r}): time.sleep(0.001)\n"
+        "import sys\n"
         "from llm.cli import cli\n"
+        "sys.stderr.write('ready\\n'); sys.stderr.flush()\n"
+        "sys.stdin.read(1)\n"
         "sys.argv = ['llm'] + sys.argv[1:]\n"
         "cli()\n"
     )
     processes = [
-        subprocess.Popen([sys.executable, "-c", starter, *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        subprocess.Popen(
+            [sys.executable, "-c", starter, *argv], env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )
         for argv in argvs
     ]
-    go.write_text("")
-    outputs = [process.communicate(timeout=120)[0].decode() for process in processes]
-    go.unlink()
+    assert [process.stderr.readline() for process in processes] == [b"ready\n"] * len(argvs)
+    for process in processes:
+        process.stdin.write(b"g")
+        process.stdin.flush()
+    outputs = [b"".join(process.communicate(timeout=300)).decode() for process in processes]
     assert [process.returncode for process in processes] == [0] * len(argvs), outputs
 
 
