@@ -250,9 +250,9 @@ def prices(ctx, json_, model_id):
     """
     if ctx.invoked_subcommand is not None:
         return
-    from . import price_book
     from .errors import AccountsError
-    from .pricing import RATE_NAMES, multiplier_text, per_mtok
+    from .pricing import price_book
+    from .pricing.prices import RATE_NAMES, multiplier_text, per_mtok
 
     book = price_book.current()
     revision = book.shipped
@@ -271,7 +271,7 @@ def prices(ctx, json_, model_id):
 
     from .capabilities import for_price
     from .ladder import quote_for
-    from .user_prices import prices_dir
+    from .pricing.user_prices import prices_dir
 
     def ceiling(p):
         """One attempt's reservation at the default max_tokens; None for a retired model."""
@@ -337,7 +337,7 @@ def prices(ctx, json_, model_id):
     for problem in book.problems:
         click.echo(f"  not used: {problem}")
     click.echo("Rates in USD per million tokens\n")
-    from .money import usd_fine
+    from .pricing.money import usd_fine
 
     rows = [
         ("model", "status", "context", "max out", "default", "ceiling", "from",
@@ -406,15 +406,15 @@ def prices_add(file, replace):
         llm accounts prices add my-prices.json
         llm accounts prices add my-prices.json --replace
     """
-    from . import user_prices
     from .errors import AccountsError
+    from .pricing import user_prices
 
     try:
         revision = user_prices.read_candidate(file, _declared_key_runs())
         destination = user_prices.add(file, revision, replace=replace)
     except AccountsError as error:
         fail(error)
-    from . import price_book
+    from .pricing import price_book
 
     click.echo(f"Added price revision {revision.id} ({destination}), applying from {revision.applies_from}")
     # Replacing a shipped price changes what every later attempt on it settles at: said, old -> new.
@@ -444,8 +444,8 @@ def prices_remove(revision_id):
     Example:
         llm accounts prices remove user:2026-12-05-mine
     """
-    from . import user_prices
     from .errors import AccountsError
+    from .pricing import user_prices
 
     try:
         path = user_prices.remove(revision_id)
@@ -459,7 +459,7 @@ def _model_id(name):
     through the prices in force to the dated id it stands for; any other name is kept as given."""
     if name is None:
         return None
-    from . import price_book
+    from .pricing import price_book
 
     price = price_book.current().model(name)
     return price.id if price is not None else name
@@ -469,9 +469,10 @@ def _declared_key_runs():
     """A test for a run of any declared key (``scrub.run_detector``), each key resolved once for
     this check and dropped; None with no accounts declared. A key that cannot be resolved is
     skipped: its account refuses its own prompts anyway."""
-    from . import keys, scrub
+    from . import keys
     from .declarations import load_declaration
     from .errors import AccountsError
+    from .wire import scrub
 
     declaration = load_declaration()
     if not declaration.routed:
@@ -701,8 +702,8 @@ def set_(name, budget, daily_budget, rank, weight, models, client_caps, remove_c
 def _small_limits(declared):
     """A limit below the default model's ceiling never admits a plain claude-routed prompt: said,
     not refused (docs/pricing.md "Small budgets")."""
-    from . import price_book
-    from .fits import warnings
+    from .pricing import price_book
+    from .pricing.fits import warnings
 
     book = price_book.current()
     return [line for account in declared for line in warnings(account, book)]
@@ -1049,7 +1050,7 @@ def _usd_option(text, field, *, signed=False, allow_zero=False):
     import re
 
     from .errors import AccountsError
-    from .money import parse_usd
+    from .pricing.money import parse_usd
 
     sign = 1
     if signed and text[:1] in ("-", "+"):
@@ -1108,8 +1109,8 @@ def status(json_, check, verbose):
     account gets a line saying why.
     """
     from .errors import AccountsError
-    from .money import usd, usd_fine
     from .paths import ledger_path
+    from .pricing.money import usd, usd_fine
 
     declared = _declared_accounts(strict=True)
     if not declared and not ledger_path().exists():
@@ -1278,8 +1279,9 @@ def _no_default_room(declared):
     none when one can."""
     import os
 
-    from . import catalog, fits, ladder, price_book, selection
+    from . import catalog, ladder, selection
     from .ledger import Ledger
+    from .pricing import fits, price_book
 
     book = price_book.current()
     quote = ladder.quote_for(fits.default_model(), book)
@@ -1316,7 +1318,7 @@ def _warm_json(warmth):
 
 def _warm_line(warmth):
     """New conversations with a one-hour prefix this period, by where they bound, and what the cache saved."""
-    from .money import usd_fine
+    from .pricing.money import usd_fine
 
     figures = _warm_json(warmth)
     return (
@@ -1390,7 +1392,7 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
         llm accounts attempts 0f6c3a52 --json
     """
     from .errors import AccountsError
-    from .money import usd_exact, usd_fine
+    from .pricing.money import usd_exact, usd_fine
 
     filters = {"state": "open"} if open_ else {}
     if limit is None and not open_:
@@ -1495,7 +1497,7 @@ def spend(by, period, account, client, limit, json_, csv_):
 
     from . import clock
     from .errors import AccountsError
-    from .money import usd_exact, usd_fine
+    from .pricing.money import usd_exact, usd_fine
 
     try:
         if json_ and csv_:
@@ -1680,7 +1682,7 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
         fail(AccountsError("declaration_invalid", "--cost: is required: what the attempt really cost in US dollars, such as 0.0412 or 0"))
     import uuid
 
-    from .money import usd
+    from .pricing.money import usd
 
     nusd = _usd_option(cost, "--cost", allow_zero=True)
     try:
@@ -1702,7 +1704,7 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id, model=None, s
     import uuid
 
     from .errors import AccountsError
-    from .money import usd, usd_fine
+    from .pricing.money import usd, usd_fine
 
     if account is None:
         fail(AccountsError("declaration_invalid", "--open: needs --account NAME (the account whose open attempts to settle)"))
@@ -1819,9 +1821,9 @@ def _with_admin_keys(account, section):
 
 
 def _reconcile_from_provider(account, json_):
-    from .provider import settle as provider_pass
     from .errors import AccountsError
-    from .money import usd_fine
+    from .pricing.money import usd_fine
+    from .provider import settle as provider_pass
 
     declaration, names = _with_admin_keys(account, "Settling from the provider")
     ledger = _ledger()
@@ -1904,9 +1906,9 @@ def audit(from_provider, account, days, json_):
 
 
 def _audit_from_provider(account, days, json_):
-    from .provider import audit as provider_audit
     from .errors import AccountsError
-    from .money import usd_fine
+    from .pricing.money import usd_fine
+    from .provider import audit as provider_audit
 
     declaration, names = _with_admin_keys(account, "Auditing against the bill")
     ledger = _ledger()
@@ -2007,7 +2009,7 @@ def adjust(name, month, delta, source, attempt_id, adjustment_id):
     import uuid
 
     from .errors import AccountsError
-    from .money import usd
+    from .pricing.money import usd
 
     nusd = _usd_option(delta, "--delta", signed=True)
     try:
@@ -2096,7 +2098,7 @@ def refresh_models(names, json_):
     except AccountsError as error:
         fail(error)
     failed = [name for name, value in results.items() if not isinstance(value, list)]
-    from . import price_book
+    from .pricing import price_book
 
     # Models an account serves that no price revision prices cannot be routed until a price
     # revision names them (docs/pricing.md "Your own price revisions").
@@ -2167,8 +2169,8 @@ def ladder(model_id, client, json_):
     from .declarations import load_declaration
     from .errors import AccountsError
     from .ledger import Ledger
-    from .money import usd, usd_fine
-    from .price_book import current as current_book
+    from .pricing.money import usd, usd_fine
+    from .pricing.price_book import current as current_book
 
     try:
         declaration = load_declaration()

@@ -32,7 +32,7 @@ from datasette_plugin.queries import QUERIES, canned_queries, metadata, usd_sql
 from llm_accounts import clock, schema
 from llm_accounts.browse import child_environment
 from llm_accounts.cli import accounts as accounts_cli
-from llm_accounts.money import INT64_MAX, usd_exact, usd_fine
+from llm_accounts.pricing.money import INT64_MAX, usd_exact, usd_fine
 
 from conftest import assert_no_key_material
 
@@ -1066,7 +1066,7 @@ async def test_the_dashboard_marks_an_account_llm_accounts_remove_removed(user_p
 async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(ledger_path, at_now):
     from llm_accounts.declarations import Account
     from llm_accounts.ledger import Ledger, Scope, Unknown
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     work = Account("work", "WORK_KEY", USD)
     with Ledger(ledger_path, host="m1") as ledger:

@@ -13,7 +13,7 @@ import pytest
 from llm_accounts import catalog, paths
 from llm_accounts.declarations import Account, read_accounts_file, read_dotenv, save_accounts_file
 from llm_accounts.errors import AccountsError
-from llm_accounts.money import NANO
+from llm_accounts.pricing.money import NANO
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 LIVENESS_S = 60  # a guard against hanging forever, not a timing assertion
@@ -151,7 +151,7 @@ def test_a_model_list_file_that_is_a_fifo_is_one_coded_line_for_a_routed_prompt(
 @needs_fifo
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unbounded_price_file_is_unsupported_pricing(tmp_path, kind, monkeypatch):
-    from llm_accounts import pricing
+    from llm_accounts.pricing import prices as pricing
 
     prices = tmp_path / "prices"
     prices.mkdir()

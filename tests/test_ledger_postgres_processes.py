@@ -19,7 +19,7 @@ import pytest
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 CEILING = 1_000_000
@@ -291,7 +291,7 @@ def test_eight_llm_processes_on_eight_machines_never_admit_past_a_postgresql_bud
     import psycopg
 
     from conftest import make_key, under_faketime
-    from llm_accounts.money import NANO
+    from llm_accounts.pricing.money import NANO
     from llm_accounts.standin import StandIn
 
     key = make_key()

@@ -19,10 +19,10 @@ import pytest
 from hostile import Reply, hostile_account  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from stalling import Stalling
-from llm_accounts import transport
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Ledger, Refused, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
+from llm_accounts.wire import transport
 
 MODEL = "claude-routed/claude-haiku-4-5"
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
@@ -164,7 +164,7 @@ def test_a_read_timeout_after_the_request_was_sent_stays_open_never_settled_at_z
 ):
     """The request arrived; only the answer is late. Unknown is never zero."""
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.money import NANO
+    from llm_accounts.pricing.money import NANO
 
     (user_path / "keys.json").write_text(json.dumps({"ALPHA_KEY": canary_key}))
     save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO)], None)

@@ -5,7 +5,7 @@ import json
 import llm
 
 import llm_accounts
-from llm_accounts.cost import Cost, cost_from_routing, usage_details
+from llm_accounts.pricing.cost import Cost, cost_from_routing, usage_details
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
@@ -17,7 +17,7 @@ def test_llm_u_shows_the_cost_and_the_account_that_paid(accounts, ledger_path):
     [row] = attempts(ledger_path)
     usage = json.loads(result.output.split("Token usage: ")[1].split(", ", 2)[2])
     assert usage["paid_by"] == row["account"]
-    assert usage["cost"] == llm_accounts.money.usd_fine(row["cost_nusd"])
+    assert usage["cost"] == llm_accounts.pricing.money.usd_fine(row["cost_nusd"])
 
 
 def test_llm_logs_u_shows_the_cost_in_its_usage_section(accounts, ledger_path):

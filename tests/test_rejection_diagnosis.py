@@ -18,7 +18,7 @@ from hostile import Reply, hostile_account  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from stalling import LIVENESS_S, Stalling, head
 from llm_accounts.declarations import Account, save_accounts_file
-from llm_accounts.money import NANO
+from llm_accounts.pricing.money import NANO
 
 MODEL = "claude-routed/claude-haiku-4-5"
 SETTLE_S = 0.3  # once the server stalls, time for the client to read what was sent before it
@@ -152,7 +152,7 @@ def reserved(ledger, account):
     import datetime as dt
 
     from llm_accounts.ledger import Scope
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     t0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
     ledger.reserve(Scope("conversation", "c1"), "a1", Quote("claude-sonnet-4-5-20250929", 10_000, "2026-11-01", "ab" * 32),

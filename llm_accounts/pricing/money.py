@@ -2,7 +2,7 @@
 
 import re
 
-from .errors import AccountsError
+from ..errors import AccountsError
 
 NANO = 10**9
 INT64_MAX = 2**63 - 1

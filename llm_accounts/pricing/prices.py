@@ -25,8 +25,8 @@ from functools import lru_cache
 from importlib import resources
 
 from . import tool_bounds
-from .errors import AccountsError
-from .paths import FileProblem, read_limited
+from ..errors import AccountsError
+from ..paths import FileProblem, read_limited
 
 STATUSES = ("active", "deprecated", "retired")
 RATE_NAMES = ("input", "write_5m", "write_1h", "cache_read", "output")
@@ -320,7 +320,7 @@ def _text(value, where, limit=MAX_TEXT_CHARS):
 
 
 def looks_like_key(text):
-    from .scrub import PUBLIC_PREFIX
+    from ..wire.scrub import PUBLIC_PREFIX
 
     return PUBLIC_PREFIX in text.lower()
 
@@ -507,7 +507,8 @@ def _no_constant(name):
 
 
 def _price_files():
-    return resources.files(__package__).joinpath("prices")
+    # The shipped revisions stay in llm_accounts/prices/ (package data, pyproject.toml).
+    return resources.files("llm_accounts").joinpath("prices")
 
 
 def shipped_revision_ids():
