@@ -6,7 +6,16 @@ import json
 import pytest
 
 from llm_accounts.errors import CODES
-from llm_accounts.wire.classify import FAILURE_CLASSES, PROVIDER_ERROR_TYPES, REJECTION_CLASSES, ErrorInfo, error_code_for, failure_class, outcome_for_status, parse_error_body
+from llm_accounts.wire.classify import (
+    FAILURE_CLASSES,
+    PROVIDER_ERROR_TYPES,
+    REJECTION_CLASSES,
+    ErrorInfo,
+    error_code_for,
+    failure_class,
+    outcome_for_status,
+    parse_error_body,
+)
 
 SENTINEL = "sentinel-5b1e0d-provider-text"
 

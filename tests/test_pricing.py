@@ -9,7 +9,16 @@ from click.testing import CliRunner
 
 from llm_accounts.cli import accounts
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing.prices import ModelPrice, Rates, Revision, current_revision, load_revision, quote, revision_from_dict, settlement_cost
+from llm_accounts.pricing.prices import (
+    ModelPrice,
+    Rates,
+    Revision,
+    current_revision,
+    load_revision,
+    quote,
+    revision_from_dict,
+    settlement_cost,
+)
 
 REVISION = "anthropic-2026-11-29"
 SONNET_45 = "claude-sonnet-4-5-20250929"

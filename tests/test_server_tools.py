@@ -102,7 +102,7 @@ def test_a_web_search_without_max_uses_is_refused_before_anything_is_reserved(st
     assert line == (
         "Error: unsupported_pricing: tools[0]: web_search needs max_uses: add it to the tool definition "
         "(for example WebSearch(max_uses=5)); each use is billed and nothing else bounds how many there are "
-        f"(price revision {pricing.current_revision().id})"
+        f"(price revision {prices.current_revision().id})"
     )
     assert standin_account.requests == [] and attempts(ledger_path) == []
 

@@ -306,7 +306,7 @@ def test_a_file_put_in_the_directory_by_hand_works_the_same(user_path):
     user_prices.prices_dir().mkdir(parents=True)
     write(user_prices.prices_dir() / "2026-12-05-mine.json", REVISION)
     assert llm.get_model(f"claude-routed/{NOVA}").claude_model_id == NOVA
-    assert prices.load_revision("user:2026-12-05-mine").model(NOVA).rates.input == 2000
+    assert price_book.load_revision("user:2026-12-05-mine").model(NOVA).rates.input == 2000
 
 
 def test_a_price_file_whose_name_is_not_its_revision_id_is_not_read(user_path, capsys):
@@ -361,7 +361,7 @@ def test_a_settled_attempts_revision_is_gone_once_removed(user_path, tmp_path):
     assert accounts_cli("prices", "add", str(write(tmp_path / "a.json", REVISION))).exit_code == 0
     assert accounts_cli("prices", "remove", "user:2026-12-05-mine").exit_code == 0
     with pytest.raises(AccountsError) as caught:
-        prices.load_revision("user:2026-12-05-mine")
+        price_book.load_revision("user:2026-12-05-mine")
     assert caught.value.code == "unsupported_pricing"
 
 

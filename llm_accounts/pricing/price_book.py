@@ -127,3 +127,13 @@ def current():
 
     revisions, problems = load_user_revisions()
     return build(prices.current_revision(), revisions, problems, today=clock.utc_day(clock.now()))
+
+
+def load_revision(revision_id):
+    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
+    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
+    if isinstance(revision_id, str) and revision_id.startswith(prices.USER_PREFIX):
+        from .user_prices import load_user_revision  # as in current(): reads the llm user dir
+
+        return load_user_revision(revision_id)
+    return prices.load_revision(revision_id)

@@ -521,12 +521,9 @@ def shipped_revision_ids():
 
 
 def load_revision(revision_id):
-    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
-    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
-    if isinstance(revision_id, str) and revision_id.startswith(USER_PREFIX):
-        from .user_prices import load_user_revision
-
-        return load_user_revision(revision_id)
+    """A shipped revision by id (docs/pricing.md "The price revision"). A ``user:<revision>`` is
+    read by ``price_book.load_revision``, which reads either kind: the user's files are read with
+    this module's reader, so this module does not import theirs."""
     return _load_shipped(revision_id)
 
 

@@ -137,7 +137,7 @@ def shipped_replacements(revision, shipped):
                 olds[old.id] = old
         for old in olds.values():
             changes = [
-                f"{name} {pricing.per_mtok(getattr(old.rates, name))} -> {pricing.per_mtok(getattr(price.rates, name))}"
+                f"{name} {prices.per_mtok(getattr(old.rates, name))} -> {prices.per_mtok(getattr(price.rates, name))}"
                 for name in prices.RATE_NAMES
             ]
             line = (
@@ -148,7 +148,7 @@ def shipped_replacements(revision, shipped):
                 line += "; long-context tier " + (
                     "dropped" if price.long_context is None
                     else f"above {price.long_context[0]:,} input tokens: "
-                    + ", ".join(f"{name} {pricing.per_mtok(getattr(price.long_context[1], name))}" for name in prices.RATE_NAMES)
+                    + ", ".join(f"{name} {prices.per_mtok(getattr(price.long_context[1], name))}" for name in prices.RATE_NAMES)
                 )
             lines.append(line)
     return lines

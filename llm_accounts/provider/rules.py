@@ -50,7 +50,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from ..pricing import prices
+from ..pricing import price_book, prices
 from ..pricing.money import usd_fine
 
 UTC = dt.timezone.utc
@@ -437,6 +437,6 @@ def single_tier(model, revision_id, input_tokens):
 def _revision(revision_id):
     # Not cached here: pricing caches a shipped revision, user_prices a user's until its file changes.
     try:
-        return prices.load_revision(revision_id) if revision_id else prices.current_revision()
+        return price_book.load_revision(revision_id) if revision_id else prices.current_revision()
     except Exception:  # a revision this version does not ship: the attempt stays open (unpriced)
         return None
