@@ -2,7 +2,7 @@
 (docs/pricing.md "Your own price revisions").
 
 ``llm accounts prices add FILE`` validates a file as strictly as the shipped revision
-(``pricing.parse_price_file``), holds it to what the shipped table says of the same models
+(``prices.parse_price_file``), holds it to what the shipped table says of the same models
 (``check_against_shipped``), checks that no string in it holds a run of a declared key, and
 copies it here whole or not at all; a file put here by hand is read the same way. A file that
 breaks a rule is not used, and each command that reads prices says so in one coded line; the

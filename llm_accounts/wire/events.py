@@ -1,7 +1,7 @@
 """Messages API responses as llm StreamEvents, scrubbed of the attempt's key before anyone sees them.
 
 ``StreamReader`` turns the lines of an SSE body into StreamEvents while assembling the final
-message (usage merged by replacement, see ``wire``); ``message_events`` does the same for a whole
+message (usage merged by replacement, see ``sse``); ``message_events`` does the same for a whole
 non-streamed message. Both mask the key first (docs/security.md "Scrubbing").
 """
 
@@ -134,7 +134,7 @@ def tool_result_event(block, part_index):
 def message_events(message, secret_text):
     """StreamEvents for a whole (non-streamed) message, from its scrubbed JSON.
 
-    A message that is not well formed yields none (``wire.message_problem``; the caller settles
+    A message that is not well formed yields none (``sse.message_problem``; the caller settles
     and reports it).
     """
     if sse.message_problem(message) is not None:
