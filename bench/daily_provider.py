@@ -172,7 +172,7 @@ def scenario(args, mode, report_delay):
 
     from llm_accounts import clock
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
     from llm_accounts.pricing.prices import current_revision, settlement_cost
     from llm_accounts.provider import rules, settle as provider_pass
     from llm_accounts.standin import StandIn
@@ -482,7 +482,7 @@ def what_the_report_held(run, settlement):
 
 
 def show(run, f):
-    from llm_accounts.pricing.money import usd_fine
+    from llm_accounts.money import usd_fine
 
     def pct(x):
         return "-" if x is None else f"{100 * x:.1f}%"

@@ -319,7 +319,7 @@ def extras(conn, now):
 def declaration(path):
     """The accounts as ``ANTHROPIC_ACCOUNTS`` declares them, with this period's budgets."""
     from llm_accounts import clock
-    from llm_accounts.pricing.money import usd_exact
+    from llm_accounts.money import usd_exact
 
     conn = sqlite3.connect(path)
     budgets = dict(conn.execute("SELECT name, budget_nusd FROM month WHERE month_utc = ?", (clock.credit_month(clock.now()),)))

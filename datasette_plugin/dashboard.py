@@ -2,7 +2,7 @@
 
 ``load()`` reads one ledger database; ``summarize()``, ``budget_chart()``, ``daily_chart()`` and
 ``as_json()`` are pure and turn those rows into what the template draws or a script reads. Money
-stays integer nanodollars until it is formatted with ``llm_accounts.pricing.money`` (docs/pricing.md
+stays integer nanodollars until it is formatted with ``llm_accounts.money`` (docs/pricing.md
 "Money"); the chart geometry is pixels.
 
 Every read is of aggregates: the accounts, their ``month`` rows (running totals), the ``day`` rows
@@ -14,7 +14,7 @@ import dataclasses
 import datetime as dt
 
 from llm_accounts import clock, forecast, health, thresholds
-from llm_accounts.pricing.money import usd, usd_exact, usd_fine
+from llm_accounts.money import usd, usd_exact, usd_fine
 
 NEAR_BUDGET = (9, 10)
 """Spend at or above 9/10 of a budget is "near": the bound warm-prefix affinity keeps free."""

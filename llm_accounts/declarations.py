@@ -26,8 +26,8 @@ except ImportError:  # Windows
     fcntl = None
 
 from .errors import AccountsError
+from .money import INT64_MAX, NANO, parse_usd
 from .paths import FileProblem, read_limited, write_private_json
-from .pricing.money import INT64_MAX, NANO, parse_usd
 
 VARIABLE = "ANTHROPIC_ACCOUNTS"
 ACCOUNTS_FILE = "accounts.json"

@@ -21,8 +21,8 @@ import tempfile
 
 import click
 
+from .money import usd_fine
 from .paths import write_private_json
-from .pricing.money import usd_fine
 
 # name, key_env, monthly budget
 DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.50"))

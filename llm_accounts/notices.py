@@ -9,7 +9,7 @@ user is told at once: which attempt, how much, on which account, and what will s
 import os
 import sys
 
-from .pricing.money import usd_fine
+from .money import usd_fine
 
 
 def settles_automatically(account):

@@ -11,7 +11,7 @@ import re
 
 from . import health
 from .errors import AccountsError
-from .pricing.money import INT64_MAX
+from .money import INT64_MAX
 from .wire import classify
 
 # docs/architecture.md "Attempt outcomes"

@@ -26,7 +26,7 @@ from . import catalog, clock, keys, notices, room, selection, thresholds
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown, wakeup
 from .pricing import price_book, prices, tool_bounds
-from .pricing.money import INT64_MAX
+from .money import INT64_MAX
 from .provider import settle as provider_pass
 from .records import clients_only, lists_client
 from .retries import DEFAULT_RETRIES, Retries, sdk_retries

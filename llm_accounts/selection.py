@@ -26,7 +26,7 @@ import functools
 import heapq
 
 from . import clock, health
-from .pricing.money import usd, usd_exact
+from .money import usd, usd_exact
 from .records import client_cap, client_token_cap, clients_only, lists_client
 
 

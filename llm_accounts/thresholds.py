@@ -7,7 +7,7 @@ per account and credit period (``budget_warning``), so any number of processes w
 """
 
 from . import clock, forecast
-from .pricing.money import usd, usd_fine
+from .money import usd, usd_fine
 
 #: Percent of the budget at which a routed prompt warns, unless the account declares ``warn_at``.
 DEFAULT_WARN_AT = (80, 95)

@@ -130,7 +130,7 @@ def assert_tree_has_no_key_material(root, secret, ignore=()):
 def accounts(user_path, ledger_path, monkeypatch):
     """Two accounts, alpha and beta, on the stand-in; keys live in llm's keys.json."""
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
     from llm_accounts.standin import StandIn
 
     keys = {"alpha": make_key(), "beta": make_key()}
@@ -224,7 +224,7 @@ def ledger_location(request, tmp_path):
 @pytest.fixture
 def work():
     from llm_accounts.declarations import Account
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     return Account("work", "WORK_KEY", NANO)
 
@@ -232,7 +232,7 @@ def work():
 @pytest.fixture
 def home():
     from llm_accounts.declarations import Account
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     return Account("home", "HOME_KEY", NANO)
 
@@ -240,6 +240,6 @@ def home():
 @pytest.fixture
 def spare():
     from llm_accounts.declarations import Account
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     return Account("spare", "SPARE_KEY", NANO)

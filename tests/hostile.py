@@ -92,7 +92,7 @@ class Hostile:
 def hostile_account(canary_key, user_path, ledger_path, monkeypatch):
     """One declared account, alpha, signing with ``canary_key``, on a fresh ``Hostile`` server."""
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     (user_path / "keys.json").write_text(json.dumps({"ALPHA_KEY": canary_key}))
     save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO)], None)

@@ -45,7 +45,7 @@ def test_eight_concurrent_adds_are_all_kept(user_path):
 
 def test_eight_concurrent_removes_all_take_effect(user_path):
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     save_accounts_file([Account(name, f"{name.upper()}_KEY", 5 * NANO) for name in ACCOUNTS + ["kept"]], None)
     run_at_once(user_path, [["accounts", "remove", name] for name in ACCOUNTS])

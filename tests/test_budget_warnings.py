@@ -8,7 +8,7 @@ from llm_accounts import clock, thresholds
 from llm_accounts.declarations import Account, account_from_options, parse_account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Scope
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 from routed_helpers import llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)

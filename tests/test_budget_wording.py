@@ -10,7 +10,7 @@ import pytest
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 
 # The ledger tests' instants, quotes and fixture (one account rule on both backends).
 from llm_accounts.ledger import Unknown

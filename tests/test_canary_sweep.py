@@ -18,9 +18,9 @@ import pytest
 from datasette.app import Datasette
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
-from llm_accounts.declarations import Account, save_accounts_file
-from llm_accounts.pricing.money import NANO
 from llm_accounts.provider import settle as provider_pass
+from llm_accounts.declarations import Account, save_accounts_file
+from llm_accounts.money import NANO
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli
 

@@ -14,7 +14,7 @@ from conftest import assert_no_key_material, runs_of
 from llm_accounts import catalog, clock
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.pricing import prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

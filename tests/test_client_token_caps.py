@@ -24,7 +24,7 @@ from llm_accounts.declarations import Account, load_declaration, parse_accounts,
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
 from llm_accounts.pricing import prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)

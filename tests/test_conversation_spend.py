@@ -18,7 +18,7 @@ from llm_accounts import clock
 from llm_accounts.cli import accounts as accounts_cli
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 
 from test_spend import DAY, SONNET, T0, quote
 

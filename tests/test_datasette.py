@@ -32,7 +32,7 @@ from datasette_plugin.queries import QUERIES, canned_queries, metadata, usd_sql
 from llm_accounts import clock, schema
 from llm_accounts.browse import child_environment
 from llm_accounts.cli import accounts as accounts_cli
-from llm_accounts.pricing.money import INT64_MAX, usd_exact, usd_fine
+from llm_accounts.money import INT64_MAX, usd_exact, usd_fine
 
 from conftest import assert_no_key_material
 

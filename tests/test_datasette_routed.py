@@ -12,7 +12,7 @@ from llm.cli import cli
 import datasette_plugin
 from datasette_plugin.queries import QUERIES
 from llm_accounts import catalog, clock, schema
-from llm_accounts.pricing.money import usd_exact
+from llm_accounts.money import usd_exact
 
 MODEL = "claude-routed/claude-haiku-4-5"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

@@ -17,7 +17,7 @@ from hostile import hostile_account, text_reply  # noqa: F401  (fixture)
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account, save_accounts_file
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
 
 MODEL = "claude-routed/claude-haiku-4-5"

@@ -13,7 +13,7 @@ import pytest
 from llm_accounts import catalog, paths
 from llm_accounts.declarations import Account, read_accounts_file, read_dotenv, save_accounts_file
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 LIVENESS_S = 60  # a guard against hanging forever, not a timing assertion

@@ -14,7 +14,7 @@ from llm_accounts.cli import accounts
 from llm_accounts.declarations import load_declaration
 from llm_accounts.ladder import quote_for
 from llm_accounts.pricing import fits, prices
-from llm_accounts.pricing.money import usd_fine
+from llm_accounts.money import usd_fine
 
 DEFAULT = "claude-sonnet-4-6"  # the shipped default of plain claude-routed
 

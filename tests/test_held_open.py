@@ -17,7 +17,7 @@ import llm
 import pytest
 
 from llm_accounts import notices
-from llm_accounts.pricing.money import usd_fine
+from llm_accounts.money import usd_fine
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

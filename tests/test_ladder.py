@@ -10,7 +10,7 @@ from llm.cli import cli
 from llm_accounts import clock
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 # Budgets well above a plain claude-routed ceiling ($8.712 at its default max_tokens of 128,000),

@@ -21,7 +21,7 @@ from llm_accounts import clock, health, schema
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote, quote as price
 from llm_accounts.wire.payload import freeze
 

@@ -291,7 +291,7 @@ def test_eight_llm_processes_on_eight_machines_never_admit_past_a_postgresql_bud
     import psycopg
 
     from conftest import make_key, under_faketime
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
     from llm_accounts.standin import StandIn
 
     key = make_key()

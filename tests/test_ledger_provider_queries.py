@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"

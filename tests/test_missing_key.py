@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from llm_accounts.cli import accounts as accounts_cli
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from routed_helpers import llm_cli
 
 MODEL = "claude-routed/claude-haiku-4-5"

@@ -6,7 +6,7 @@ import pytest
 
 from llm_accounts import clock
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing.money import INT64_MAX, NANO, parse_usd, usd, usd_exact, usd_fine
+from llm_accounts.money import INT64_MAX, NANO, parse_usd, usd, usd_exact, usd_fine
 
 UTC = dt.timezone.utc
 

@@ -164,7 +164,7 @@ def test_a_read_timeout_after_the_request_was_sent_stays_open_never_settled_at_z
 ):
     """The request arrived; only the answer is late. Unknown is never zero."""
     from llm_accounts.declarations import Account, save_accounts_file
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     (user_path / "keys.json").write_text(json.dumps({"ALPHA_KEY": canary_key}))
     save_accounts_file([Account("alpha", "ALPHA_KEY", 20 * NANO)], None)

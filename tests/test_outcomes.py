@@ -20,7 +20,7 @@ from hostile import message, sse, text_stream, usage
 from stalling import LIVENESS_S, Stalling, head
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import settlement_cost
 from llm_accounts.wire import transport
 from routed_helpers import attempts

@@ -17,7 +17,7 @@ def test_llm_u_shows_the_cost_and_the_account_that_paid(accounts, ledger_path):
     [row] = attempts(ledger_path)
     usage = json.loads(result.output.split("Token usage: ")[1].split(", ", 2)[2])
     assert usage["paid_by"] == row["account"]
-    assert usage["cost"] == llm_accounts.pricing.money.usd_fine(row["cost_nusd"])
+    assert usage["cost"] == llm_accounts.money.usd_fine(row["cost_nusd"])
 
 
 def test_llm_logs_u_shows_the_cost_in_its_usage_section(accounts, ledger_path):

@@ -14,7 +14,7 @@ import pytest
 
 from conftest import assert_no_key_material, make_key
 from llm_accounts.declarations import Account, save_accounts_file
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Revision, current_revision, settlement_cost
 from llm_accounts.provider import audit as provider_audit, rules as provider_usage
 from llm_accounts.standin import StandIn
@@ -267,7 +267,7 @@ def test_audit_without_from_provider_checks_the_running_totals(org, ledger_path,
 
 
 def money(nusd):
-    from llm_accounts.pricing.money import usd_fine
+    from llm_accounts.money import usd_fine
 
     return usd_fine(nusd)
 

@@ -16,7 +16,7 @@ from conftest import assert_no_key_material, assert_tree_has_no_key_material, ma
 from llm_accounts import clock
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.provider import rules as provider_usage, settle as provider_pass
 from llm_accounts.standin import StandIn

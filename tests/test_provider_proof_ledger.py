@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Unknown
 from llm_accounts.pricing import prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.provider import report as rp, rules as pu, settle
 from llm_accounts.records import Scope

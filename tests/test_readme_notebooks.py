@@ -63,7 +63,7 @@ def test_the_manual_has_the_three_notebook_snippets():
 
 
 def test_the_sqlite_utils_snippet_agrees_with_status(history):
-    from llm_accounts.pricing.money import usd_fine
+    from llm_accounts.money import usd_fine
 
     printed = run_snippet(SNIPPETS[0]).splitlines()
     for line in history:
@@ -94,7 +94,7 @@ def test_open_ledger_status_tells_declared_accounts_from_others(history):
 def test_open_ledger_lists_an_account_no_declaration_holds_as_undeclared(history):
     from llm_accounts.declarations import Account, save_accounts_file
     from llm_accounts.ledger import open_ledger
-    from llm_accounts.pricing.money import NANO
+    from llm_accounts.money import NANO
 
     save_accounts_file([Account("beta", "BETA_KEY", 20 * NANO)], None)
     with open_ledger() as ledger:

@@ -18,7 +18,7 @@ from hostile import Reply, hostile_account  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from stalling import LIVENESS_S, Stalling, head
 from llm_accounts.declarations import Account, save_accounts_file
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 
 MODEL = "claude-routed/claude-haiku-4-5"
 SETTLE_S = 0.3  # once the server stalls, time for the client to read what was sent before it

@@ -13,7 +13,7 @@ import pytest
 from llm_accounts import retries
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Refused, Scope
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)

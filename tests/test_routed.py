@@ -13,7 +13,7 @@ from conftest import assert_no_key_material, assert_tree_has_no_key_material, ne
 from llm_accounts import clock
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 
 MODEL = "claude-routed/claude-haiku-4-5"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)  # mid credit period 2026-11

@@ -8,7 +8,7 @@ import pytest
 
 from llm_accounts import clock
 from llm_accounts.ledger import Ledger
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 

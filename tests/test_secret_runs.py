@@ -19,7 +19,7 @@ from llm_accounts import keys
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.pricing import user_prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.provider import settle
 
 LOWER = string.ascii_lowercase

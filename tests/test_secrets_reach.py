@@ -19,7 +19,7 @@ from conftest import assert_no_key_material, runs_of
 from hostile import Reply, hostile_account, text_reply  # noqa: F401  (fixture)
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 MODEL = "claude-routed/claude-haiku-4-5"

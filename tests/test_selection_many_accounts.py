@@ -11,7 +11,7 @@ from llm_accounts import clock, selection
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope, admission, reads
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 from llm_accounts.selection import Candidate
 

@@ -15,7 +15,7 @@ import llm
 import pytest
 
 from llm_accounts.pricing import prices, tool_bounds
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.server_tools import CodeExecution, WebFetch, WebSearch
 from llm_accounts.standin import wire as standin_wire
 from llm_accounts.standin.cache import CachePlan

@@ -19,7 +19,7 @@ from hypothesis import given, strategies as st
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
 from llm_accounts.pricing import prices
-from llm_accounts.pricing.money import NANO, usd_fine
+from llm_accounts.money import NANO, usd_fine
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

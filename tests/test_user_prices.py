@@ -17,7 +17,7 @@ from llm_accounts import catalog
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.pricing import price_book, prices, user_prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from routed_helpers import attempts
 
 NOVA = "claude-nova-6"  # a model no shipped revision knows

@@ -12,7 +12,7 @@ from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, NotSent, Unknown
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.selection import Held, held_summary
 
 # The ledger tests' instants, quotes and fixture (one account rule on both backends).

@@ -10,7 +10,7 @@ import pytest
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, NotSent
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 
 from test_ledger import MODEL, T0, conv, ledger, quote  # noqa: F401 (ledger: a fixture)
 

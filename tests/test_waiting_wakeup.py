@@ -15,7 +15,7 @@ import pytest
 from llm_accounts import room
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger, NotSent, Scope, wakeup
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 
 ROUTED = "claude-routed"  # its default ceiling is $8.712 (docs/pricing.md)

@@ -11,7 +11,7 @@ import pytest
 
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc

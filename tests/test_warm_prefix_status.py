@@ -13,7 +13,7 @@ from llm_accounts.cli import accounts
 from llm_accounts.declarations import Account, load_declaration
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope
 from llm_accounts.pricing import prices
-from llm_accounts.pricing.money import NANO
+from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc

@@ -54,7 +54,7 @@ def attempts(attempt_id, open_, account, model, client, conversation, since, unt
         llm accounts attempts 0f6c3a52 --json
     """
     from ..errors import AccountsError
-    from ..pricing.money import usd_exact, usd_fine
+    from ..money import usd_exact, usd_fine
 
     filters = {"state": "open"} if open_ else {}
     if limit is None and not open_:

@@ -123,7 +123,7 @@ def _usd_option(text, field, *, signed=False, allow_zero=False):
     import re
 
     from ..errors import AccountsError
-    from ..pricing.money import parse_usd
+    from ..money import parse_usd
 
     sign = 1
     if signed and text[:1] in ("-", "+"):

@@ -85,7 +85,7 @@ def adjust(name, month, delta, source, attempt_id, adjustment_id):
     import uuid
 
     from ..errors import AccountsError
-    from ..pricing.money import usd
+    from ..money import usd
 
     nusd = _usd_option(delta, "--delta", signed=True)
     try:

@@ -37,7 +37,7 @@ def ladder(model_id, client, json_):
     from ..declarations import load_declaration
     from ..errors import AccountsError
     from ..ledger import Ledger
-    from ..pricing.money import usd, usd_fine
+    from ..money import usd, usd_fine
     from ..pricing.price_book import current as current_book
 
     try:

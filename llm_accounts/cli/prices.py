@@ -119,7 +119,7 @@ def prices(ctx, json_, model_id):
     for problem in book.problems:
         click.echo(f"  not used: {problem}")
     click.echo("Rates in USD per million tokens\n")
-    from ..pricing.money import usd_fine
+    from ..money import usd_fine
 
     rows = [
         ("model", "status", "context", "max out", "default", "ceiling", "from",

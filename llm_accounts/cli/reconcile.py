@@ -74,7 +74,7 @@ def reconcile(args, cost, source, adjustment_id, open_, account, from_provider, 
         fail(AccountsError("declaration_invalid", "--cost: is required: what the attempt really cost in US dollars, such as 0.0412 or 0"))
     import uuid
 
-    from ..pricing.money import usd
+    from ..money import usd
 
     nusd = _usd_option(cost, "--cost", allow_zero=True)
     try:
@@ -96,7 +96,7 @@ def _reconcile_open(account, amounts, cost, source, adjustment_id, model=None, s
     import uuid
 
     from ..errors import AccountsError
-    from ..pricing.money import usd, usd_fine
+    from ..money import usd, usd_fine
 
     if account is None:
         fail(AccountsError("declaration_invalid", "--open: needs --account NAME (the account whose open attempts to settle)"))
@@ -214,7 +214,7 @@ def _with_admin_keys(account, section):
 
 def _reconcile_from_provider(account, json_):
     from ..errors import AccountsError
-    from ..pricing.money import usd_fine
+    from ..money import usd_fine
     from ..provider import settle as provider_pass
 
     declaration, names = _with_admin_keys(account, "Settling from the provider")
@@ -299,7 +299,7 @@ def audit(from_provider, account, days, json_):
 
 def _audit_from_provider(account, days, json_):
     from ..errors import AccountsError
-    from ..pricing.money import usd_fine
+    from ..money import usd_fine
     from ..provider import audit as provider_audit
 
     declaration, names = _with_admin_keys(account, "Auditing against the bill")

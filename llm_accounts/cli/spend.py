@@ -43,7 +43,7 @@ def spend(by, period, account, client, limit, json_, csv_):
 
     from .. import clock
     from ..errors import AccountsError
-    from ..pricing.money import usd_exact, usd_fine
+    from ..money import usd_exact, usd_fine
 
     try:
         if json_ and csv_:

@@ -38,7 +38,7 @@ def status(json_, check, verbose):
     """
     from ..errors import AccountsError
     from ..paths import ledger_path
-    from ..pricing.money import usd, usd_fine
+    from ..money import usd, usd_fine
 
     declared = _declared_accounts(strict=True)
     if not declared and not ledger_path().exists():
@@ -246,7 +246,7 @@ def _warm_json(warmth):
 
 def _warm_line(warmth):
     """New conversations with a one-hour prefix this period, by where they bound, and what the cache saved."""
-    from ..pricing.money import usd_fine
+    from ..money import usd_fine
 
     figures = _warm_json(warmth)
     return (

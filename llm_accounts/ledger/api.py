@@ -15,7 +15,7 @@ import threading
 from .. import clock, liveness
 from .. import ledger as package  # the tunables tests set (package.BUSY_TIMEOUT_S)
 from ..errors import AccountsError
-from ..pricing.money import INT64_MAX
+from ..money import INT64_MAX
 from ..records import (
     BLOCK_REASONS,
     CLIENT_RE,

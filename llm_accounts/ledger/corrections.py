@@ -12,7 +12,7 @@ import uuid
 
 from .. import clock, health, selection
 from ..errors import AccountsError
-from ..pricing.money import INT64_MAX
+from ..money import INT64_MAX
 from ..records import Scope, invalid
 from . import reads, writes
 

@@ -23,7 +23,7 @@ import threading
 import time
 
 from .. import ledger as package  # BUSY_TIMEOUT_S, as tests set it
-from ..pricing.money import INT64_MAX
+from ..money import INT64_MAX
 from . import core, settlement, wakeup
 from .postgres import PLACEHOLDER, translate
 

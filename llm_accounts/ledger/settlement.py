@@ -16,7 +16,7 @@ import logging
 from .. import clock, health, selection
 from ..errors import AccountsError
 from ..pricing import cache_savings, prices
-from ..pricing.money import INT64_MAX
+from ..money import INT64_MAX
 from ..records import CALLER_OUTCOMES, Complete, NotSent, Unknown, billed_tokens, clean_usage, tokens
 from . import core, reads, writes
 

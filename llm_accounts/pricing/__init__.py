@@ -11,9 +11,10 @@
 - ``tool_bounds``: server tools (web search, web fetch) priced by their documented bounds;
 - ``cost``: what one routed prompt cost and which account paid (``llm_accounts.cost_of``);
 - ``cache_savings``: what the prompt cache saved on one complete attempt;
-- ``fits``: limits too small for the default model's ceiling, said when an account is declared;
-- ``money``: integer nanodollars, parsed from and shown as US dollars.
+- ``fits``: limits too small for the default model's ceiling, said when an account is declared.
 
-Money is integer nanodollars (1 USD = 10**9), never floats (docs/pricing.md "Money"). Nothing here
-reads the ledger or sends a request: the ledger and the routed call ask these modules.
+Money is integer nanodollars (1 USD = 10**9), never floats (docs/pricing.md "Money"); parsing and
+showing it is ``llm_accounts.money``, beside this package, since the ledger, the declarations and
+notebooks (docs/python.md) use it too. Nothing here reads the ledger or sends a request: the ledger
+and the routed call ask these modules.
 """

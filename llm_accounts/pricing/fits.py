@@ -12,7 +12,7 @@ import os
 
 from ..capabilities import for_price
 from ..ladder import quote_for
-from .money import usd_fine
+from ..money import usd_fine
 
 
 def default_model():

@@ -51,7 +51,7 @@ import datetime as dt
 import json
 
 from ..pricing import price_book, prices
-from ..pricing.money import usd_fine
+from ..money import usd_fine
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)

@@ -15,7 +15,7 @@ import copy
 import json
 import re
 
-from ..pricing.money import INT64_MAX
+from ..money import INT64_MAX
 from . import classify
 
 USAGE_REPLACED_WHEN_PRESENT = (
