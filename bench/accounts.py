@@ -27,7 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
 
 from llm_accounts.declarations import Account  # noqa: E402
 from llm_accounts.ledger import Complete, Ledger, Scope  # noqa: E402
-from llm_accounts.pricing import Quote  # noqa: E402
+from llm_accounts.pricing.prices import Quote  # noqa: E402
 
 NANO = 10**9
 MODEL = "claude-sonnet-4-5-20250929"

@@ -173,7 +173,7 @@ def scenario(args, mode, report_delay):
     from llm_accounts import clock
     from llm_accounts.declarations import Account, save_accounts_file
     from llm_accounts.money import NANO
-    from llm_accounts.pricing import current_revision, settlement_cost
+    from llm_accounts.pricing.prices import current_revision, settlement_cost
     from llm_accounts.provider import rules, settle as provider_pass
     from llm_accounts.standin import StandIn
     from llm_accounts.standin.config import default_api_key_id

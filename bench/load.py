@@ -23,7 +23,7 @@ Afterwards, from the ledger and the stand-in alone, it checks and prints:
 3. every attempt is settled, or open with a recorded reason (an attempt of a process killed
    mid-flight may have none: at most one per kill);
 4. per key, the stand-in's bill (its logged usage priced with
-   ``llm_accounts.pricing.settlement_cost``) equals the ledger's settled cost to the nanodollar
+   ``llm_accounts.pricing.prices.settlement_cost``) equals the ledger's settled cost to the nanodollar
    on the attempts settled, and the bill minus settled equals the billed cost of the attempts
    still open, each within its ceiling;
 5. the month, day and outcome totals equal the sums of their rows, and ``integrity_check`` is ok.
@@ -114,10 +114,11 @@ def make_key():
 def prompt_ceiling():
     """The ceiling one worker prompt reserves (the context window dominates it, so it hardly
     depends on the prompt's length)."""
-    from llm_accounts import payload, pricing
+    from llm_accounts.pricing import prices
+    from llm_accounts.wire import payload
 
     body = {"model": MODEL, "max_tokens": MAX_TOKENS, "messages": [{"role": "user", "content": "x"}]}
-    return pricing.quote(payload.freeze(body)).ceiling_nusd
+    return prices.quote(payload.freeze(body)).ceiling_nusd
 
 
 def scripts(seed, length, expected):
@@ -367,7 +368,7 @@ def run(processes, requests, seed, kill_storm=0.0, workdir=None):
 def check(ledger_path, requests_log, accounts, keys, fleet):
     """``(figures, failures)`` from the ledger file and the stand-in's log; then reconciles
     every open attempt at its billed cost (the ledger file is changed)."""
-    from llm_accounts import pricing
+    from llm_accounts.pricing import prices
     from llm_accounts.standin import find_model
 
     failures = []
@@ -472,10 +473,10 @@ def check(ledger_path, requests_log, accounts, keys, fleet):
     bill_settled, bill_open, ledger_settled = collections.Counter(), collections.Counter(), collections.Counter()
     for entry in messages:
         if entry["usage"] is not None:
-            bill[entry["label"]] += _price(pricing, find_model, entry, None)
+            bill[entry["label"]] += _price(prices, find_model, entry, None)
     billed_open = {row["id"]: 0 for row in attempts if row["state"] == "open"}
     for row, entry in pairs:
-        billed = _price(pricing, find_model, entry, row["price_revision"]) if entry["usage"] is not None else 0
+        billed = _price(prices, find_model, entry, row["price_revision"]) if entry["usage"] is not None else 0
         if row["state"] == "open":
             billed_open[row["id"]] = billed
         if row["state"] == "settled":
@@ -576,9 +577,9 @@ def _reconcile(ledger_path, billed_open, t0):
     return len(listed)
 
 
-def _price(pricing, find_model, entry, revision):
+def _price(prices, find_model, entry, revision):
     served = find_model(entry["model"])
-    cost = pricing.settlement_cost(entry["usage"], served.id if served else entry["model"], entry["body_bytes"], revision)
+    cost = prices.settlement_cost(entry["usage"], served.id if served else entry["model"], entry["body_bytes"], revision)
     if cost is None:
         raise RuntimeError("the stand-in logged usage the price revision cannot price")
     return cost

@@ -22,7 +22,7 @@ import statistics
 import string
 import time
 
-from llm_accounts.scrub import StreamScrubber
+from llm_accounts.wire.scrub import StreamScrubber
 
 WORDS = (
     "the of and to a in that is was for it with as on be at by this had not are but from or have an "
@@ -178,7 +178,7 @@ class PassThrough:
 def routed(data, key=None):
     """The routed model's own stream path (events.StreamReader: SSE, message assembly, usage
     merge, StreamEvents), scrubbed with ``key`` or with scrubbing taken out."""
-    from llm_accounts.events import StreamReader
+    from llm_accounts.wire.events import StreamReader
 
     reader = StreamReader(key or "unused-key-material")
     if key is None:

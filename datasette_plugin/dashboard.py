@@ -97,10 +97,10 @@ class DefaultPrompt:
 def default_prompt():
     """The ``DefaultPrompt`` by the prices in force (shipped, or the user's own), or None when
     the default model is not priced: then no account is marked for it."""
-    from llm_accounts import price_book
     from llm_accounts.errors import AccountsError
-    from llm_accounts.fits import default_model
     from llm_accounts.ladder import quote_for
+    from llm_accounts.pricing import price_book
+    from llm_accounts.pricing.fits import default_model
 
     model = default_model()
     try:

@@ -17,8 +17,8 @@ DEFAULT_MODEL_ENV = "LLM_ACCOUNTS_MODEL"
 
 @hookimpl
 def register_models(register):
-    from . import price_book
     from .models import DEFAULT_MODEL, model_pairs
+    from .pricing import price_book
 
     # The shipped models and those of the user's own price revisions (docs/pricing.md).
     book = price_book.current()
@@ -37,6 +37,6 @@ def register_commands(cli):
 def cost_of(response):
     """What a routed response cost and which account paid: a ``cost.Cost`` in integer
     nanodollars (``spent_nusd``, ``held_nusd``, ``account``), or None for an unrouted one."""
-    from .cost import cost_of as _cost_of
+    from .pricing.cost import cost_of as _cost_of
 
     return _cost_of(response)

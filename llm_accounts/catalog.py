@@ -34,9 +34,10 @@ try:
 except ImportError:  # Windows
     fcntl = None
 
-from . import clock, keys, transport
+from . import clock, keys
 from .errors import AccountsError
 from .paths import FileProblem, read_limited, user_dir, write_private_json
+from .wire import transport
 
 log = logging.getLogger("llm_accounts.catalog")
 
@@ -148,7 +149,7 @@ def kept_ids(candidates, holds):
 def fetch_model_ids(secret, http, base=None):
     """Every model id the key's organization lists, following ``has_more`` pages; a ``Listed``
     holding only ids that ``kept_ids`` keeps."""
-    from .scrub import run_detector
+    from .wire.scrub import run_detector
 
     base = base or transport.base_url()
     holds = run_detector(secret.reveal())

@@ -23,10 +23,12 @@ import os
 
 import httpx
 
-from . import catalog, classify, payload, price_book, pricing, selection, transport
+from . import catalog, selection
 from .errors import AccountsError
+from .pricing import price_book, prices
 from .retries import parse_retry_after
-from .scrub import run_detector
+from .wire import classify, payload, transport
+from .wire.scrub import run_detector
 
 COUNT_PATH = "/v1/messages/count_tokens"
 # The Messages fields the endpoint takes; the others (max_tokens, stream, sampling, stop
@@ -67,7 +69,7 @@ def prepare(model, prompt):
     except UnicodeEncodeError:
         raise not_utf8("conversation") from None
     # Quoted by the revision that prices the model, shipped or the user's (docs/pricing.md "Which price wins").
-    return body, tuple(payload.beta_headers(built, model.capabilities)), pricing.quote(messages_body, price_book.current())
+    return body, tuple(payload.beta_headers(built, model.capabilities)), prices.quote(messages_body, price_book.current())
 
 
 def choose(verdicts, pinned=None):

@@ -35,7 +35,7 @@ The rules (docs/architecture.md "Failure classes and health"):
 import dataclasses
 import datetime as dt
 
-from .classify import FAILURE_CLASSES
+from .wire.classify import FAILURE_CLASSES
 
 #: Classes that say something about the account: all but semantic.
 HEALTH_CLASSES = tuple(name for name in FAILURE_CLASSES if name != "semantic")

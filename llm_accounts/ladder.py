@@ -32,11 +32,11 @@ class Rung:
 def quote_for(model_id, revision=None, max_tokens=None):
     """The quote of a prompt on ``model_id`` (at the model's default max_tokens unless given):
     its ceiling depends only on the model and max_tokens, so any text gives the same one."""
-    from . import pricing
     from .capabilities import for_price
-    from .payload import freeze
+    from .pricing import prices
+    from .wire.payload import freeze
 
-    revision = pricing.revision_pricing(revision or pricing.current_revision(), model_id)
+    revision = prices.revision_pricing(revision or prices.current_revision(), model_id)
     model = revision.model(model_id)
     if model is None:
         # The id is not repeated: it is free text from the command line.
@@ -49,7 +49,7 @@ def quote_for(model_id, revision=None, max_tokens=None):
         "max_tokens": max_tokens or for_price(model).default_max_tokens,
         "messages": [{"role": "user", "content": "ladder"}],
     }
-    return pricing.quote(freeze(body), revision)
+    return prices.quote(freeze(body), revision)
 
 
 def build(statuses, verdicts, keyless=None):

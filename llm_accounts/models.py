@@ -15,14 +15,16 @@ import llm
 
 from llm.parts import StreamEvent
 
-from . import classify, cost, counting, notices, payload, room, scrub, transport, wire
+from . import counting, notices, room
 from .capabilities import for_model, for_price
 from .errors import AccountsError
-from .events import StreamReader, message_events
 from .ledger import run_async, settle_async
 from .options import RoutedOptions, check_prompt, not_utf8, options_for
+from .pricing import cost
 from .retries import DEFAULT_RETRIES, parse_retry_after, parse_should_retry
-from .wire import message_problem, usage_problem
+from .wire import classify, payload, scrub, sse, transport
+from .wire.events import StreamReader, message_events
+from .wire.sse import message_problem, usage_problem
 
 ROUTED_ID = "claude-routed"
 DEFAULT_MODEL = "claude-sonnet-4-6"
@@ -519,7 +521,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
         try:
             yield from prepared.prefill_events()
             # SSE line ends only, each line bounded (wire.sse_lines); decoded a piece at a time.
-            lines = wire.sse_lines(transport.bounded_chunks(resp, None))
+            lines = sse.sse_lines(transport.bounded_chunks(resp, None))
             for line in lines:
                 events = reader.feed(line)
                 start = reader.take_start()
@@ -530,7 +532,7 @@ class RoutedClaude(_Shared, llm.KeyModel):
                     break
         except httpx.HTTPError:
             pass  # a broken connection: settled below as stream_truncated
-        except wire.LineTooLong:
+        except sse.LineTooLong:
             too_long = True
         except GeneratorExit:
             call.stream_failed(attempt, *reader.closed())
@@ -685,7 +687,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
         try:
             for event in prepared.prefill_events():
                 yield event
-            lines = wire.asse_lines(transport.abounded_chunks(resp, None))
+            lines = sse.asse_lines(transport.abounded_chunks(resp, None))
             async for line in lines:
                 events = reader.feed(line)
                 start = reader.take_start()
@@ -697,7 +699,7 @@ class AsyncRoutedClaude(_Shared, llm.AsyncKeyModel):
                     break
         except httpx.HTTPError:
             pass  # a broken connection: settled below as stream_truncated
-        except wire.LineTooLong:
+        except sse.LineTooLong:
             too_long = True
         except GeneratorExit:
             # aclose() by the consumer: settle synchronously, there is no loop turn to wait for.

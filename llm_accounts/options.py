@@ -17,10 +17,11 @@ import pydantic
 from llm.parts import TextPart
 from pydantic import Field, field_validator
 
-from . import payload, room
+from . import room
 from .errors import AccountsError
-from .retries import MAX_RETRIES
 from .records import CLIENT_RE
+from .retries import MAX_RETRIES
+from .wire import payload
 
 
 # The shape of an option name that an error may repeat (docs/errors.md "Option mistakes"): what

@@ -9,9 +9,10 @@ import dataclasses
 import json
 import re
 
-from . import classify, health
+from . import health
 from .errors import AccountsError
 from .money import INT64_MAX
+from .wire import classify
 
 # docs/architecture.md "Attempt outcomes"
 OUTCOMES = frozenset(classify.OUTCOMES)

@@ -22,14 +22,16 @@ import time
 import uuid
 import weakref
 
-from . import catalog, classify, clock, keys, notices, price_book, pricing, room, selection, thresholds, tool_bounds, transport
-from .provider import settle as provider_pass
-from .retries import DEFAULT_RETRIES, Retries, sdk_retries
+from . import catalog, clock, keys, notices, room, selection, thresholds
 from .errors import AccountsError
 from .ledger import Complete, NotSent, Refused, Scope, Unknown, wakeup
+from .pricing import price_book, prices, tool_bounds
 from .money import INT64_MAX
+from .provider import settle as provider_pass
 from .records import clients_only, lists_client
-from .scrub import run_detector
+from .retries import DEFAULT_RETRIES, Retries, sdk_retries
+from .wire import classify, transport
+from .wire.scrub import run_detector
 
 MAX_ACCOUNTS = 4  # the bound on moving on (docs/architecture.md "Failover")
 MOVE_ON_STATUSES = (429, 529)
@@ -78,7 +80,7 @@ class RoutedCall:
         book = revision or price_book.current()
         self.revision = revision or book.revision_for_body(body)
         # Raises unsupported_pricing before anything is reserved or sent.
-        self.quote = pricing.quote(body, self.revision)
+        self.quote = prices.quote(body, self.revision)
         # Declared models, narrowed to what each account serves (llm accounts refresh-models).
         served = catalog.load()
         self.accounts = catalog.effective_accounts(declaration.accounts, book, served)
@@ -500,7 +502,7 @@ class RoutedCall:
         served = message.get("model") or self.quote.requested_model
         if not isinstance(served, str) or holds(served):
             served = None
-        cost = pricing.settlement_cost(usage, served, self.body, self.revision)
+        cost = prices.settlement_cost(usage, served, self.body, self.revision)
         if cost is None or cost > INT64_MAX:
             # Unknown is never zero: incomplete usage keeps the ceiling open (docs/pricing.md
             # "What keeps an attempt open").
@@ -533,7 +535,7 @@ class RoutedCall:
             return
         if not isinstance(model, str) or run_detector(attempt.secret.reveal())(model):
             return  # no model the revision prices: the ceiling stays
-        hold = pricing.counted_hold(
+        hold = prices.counted_hold(
             usage, model, self.body, self.revision, self.quote.max_output, attempt.reservation.ceiling_nusd
         )
         if hold is None:
@@ -553,7 +555,7 @@ class RoutedCall:
         true cost and blocked the account in its own transaction; say so."""
         if attempt.counts is None:
             return
-        if pricing.contradicts(attempt.counts, usage):
+        if prices.contradicts(attempt.counts, usage):
             why = "its final input counts differ from the ones message_start reported"
             reason = "settlement_conflict"
         elif cost > attempt.hold_nusd:

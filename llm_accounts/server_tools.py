@@ -16,7 +16,7 @@ from typing import List, Optional
 import click
 import llm
 
-from . import tool_bounds
+from .pricing import tool_bounds
 
 
 class ArgumentError(click.ClickException, ValueError):

@@ -67,7 +67,7 @@ RESERVE_THEN_HANG = """
 import datetime as dt, sys, time
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 location, host, now, attempt_id, ceiling, budget = sys.argv[1:]
 ledger = Ledger(location, host=host)
 ledger.reserve(Scope("conversation", attempt_id), attempt_id, Quote("claude-haiku-4-5", int(ceiling), "r", "ab" * 32),

@@ -16,7 +16,7 @@ from llm.cli import cli
 from llm_accounts import clock
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 

@@ -9,10 +9,10 @@ import json
 import pytest
 
 from conftest import assert_no_key_material, make_key
-from llm_accounts import scrub
-from llm_accounts.provider import client as admin_api
 from llm_accounts.errors import AccountsError
 from llm_accounts.keys import Secret
+from llm_accounts.provider import client as admin_api
+from llm_accounts.wire import scrub
 
 
 AT = dt.datetime(2026, 12, 31, 23, 59, tzinfo=dt.timezone.utc)
@@ -132,7 +132,7 @@ ADMIN_KEY = "sk-ant-admin01-" + "Q7rT9pLm2XvB4nKc" * 5
     ids=["next_page", "last_id"],
 )
 def test_a_page_token_holding_a_run_of_the_admin_key_is_never_sent_back_in_a_url(read, body, caplog):
-    from llm_accounts import transport
+    from llm_accounts.wire import transport
 
     caplog.set_level("DEBUG")
     with PageServer(body) as server, transport.client() as http:

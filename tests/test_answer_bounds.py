@@ -27,10 +27,10 @@ PEAK_LIMIT = 8 * 1024 * 1024
 
 @pytest.fixture(autouse=True)
 def small_bounds(monkeypatch):
-    from llm_accounts import transport, wire
+    from llm_accounts.wire import sse, transport
 
     monkeypatch.setattr(transport, "ANSWER_LIMIT", BOUND, raising=False)
-    monkeypatch.setattr(wire, "LINE_LIMIT", BOUND, raising=False)
+    monkeypatch.setattr(sse, "LINE_LIMIT", BOUND, raising=False)
 
 
 @functools.cache

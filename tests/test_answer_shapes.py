@@ -12,7 +12,7 @@ import llm
 import pytest
 
 from routed_helpers import attempts
-from llm_accounts import transport
+from llm_accounts.wire import transport
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
 MODEL = "claude-routed/claude-haiku-4-5"

@@ -9,9 +9,9 @@ anything is reserved; and no 404 but the provider's own answer about a model coo
 import socket
 
 import pytest
-from llm_accounts import transport
-from llm_accounts.classify import failure_class, parse_error_body
 from llm_accounts.errors import AccountsError
+from llm_accounts.wire import transport
+from llm_accounts.wire.classify import failure_class, parse_error_body
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

@@ -9,7 +9,7 @@ from llm_accounts.declarations import Account, account_from_options, parse_accou
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from routed_helpers import llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

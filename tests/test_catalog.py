@@ -11,8 +11,9 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from conftest import assert_no_key_material, runs_of
-from llm_accounts import catalog, clock, pricing
+from llm_accounts import catalog, clock
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
+from llm_accounts.pricing import prices
 from llm_accounts.money import NANO
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
@@ -50,7 +51,7 @@ def test_refresh_models_refuses_an_undeclared_name(user_path):
 
 
 def test_effective_accounts_narrow_declared_models_to_served_ones():
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     accounts = (Account("alpha", "A_KEY", NANO), Account("beta", "B_KEY", NANO, models=("claude-haiku-4-5",)))
     served = {"alpha": {"models": ["claude-sonnet-4-6"]}, "beta": {"models": ["claude-haiku-4-5-20251001", "claude-opus-4-6"]}}
     alpha, beta = catalog.effective_accounts(accounts, revision, served)
@@ -59,7 +60,7 @@ def test_effective_accounts_narrow_declared_models_to_served_ones():
 
 
 def test_an_account_never_refreshed_serves_every_priced_model():
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     [alpha] = catalog.effective_accounts((Account("alpha", "A_KEY", NANO),), revision, {})
     assert alpha.models is None
 

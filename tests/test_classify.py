@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from llm_accounts.classify import (
+from llm_accounts.errors import CODES
+from llm_accounts.wire.classify import (
     FAILURE_CLASSES,
     PROVIDER_ERROR_TYPES,
     REJECTION_CLASSES,
@@ -15,7 +16,6 @@ from llm_accounts.classify import (
     outcome_for_status,
     parse_error_body,
 )
-from llm_accounts.errors import CODES
 
 SENTINEL = "sentinel-5b1e0d-provider-text"
 

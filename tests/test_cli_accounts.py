@@ -382,7 +382,7 @@ def admit_once(name="work", attempt_id="a1"):
     """One attempt on the declared account ``name``, so the ledger holds it."""
     from llm_accounts.declarations import load_declaration
     from llm_accounts.ledger import Ledger, NotSent, Scope
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     [account] = [a for a in load_declaration().accounts if a.name == name]
     with Ledger() as ledger:

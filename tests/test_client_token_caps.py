@@ -19,12 +19,13 @@ from click.testing import CliRunner
 from conftest import assert_no_key_material
 from llm.cli import cli
 
-from llm_accounts import clock, ladder, pricing
+from llm_accounts import clock, ladder
 from llm_accounts.declarations import Account, load_declaration, parse_accounts, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
+from llm_accounts.pricing import prices
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
@@ -168,9 +169,9 @@ def test_the_attempt_row_keeps_its_token_ceiling_and_billed_tokens(ledger):
 
 
 def test_the_quote_token_ceiling_is_the_priced_input_window_plus_max_tokens():
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     body = json.dumps({"model": "claude-haiku-4-5", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]})
-    q = pricing.quote(body.encode(), revision)
+    q = prices.quote(body.encode(), revision)
     assert q.ceiling_tokens == revision.model("claude-haiku-4-5").context_window + 100
 
 
@@ -220,7 +221,7 @@ import datetime, os, random, sys, time, uuid
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Scope, Unknown
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 path, go, index, cap, now = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 NOW = datetime.datetime.fromisoformat(now)
@@ -433,7 +434,7 @@ def prompt(*args):
 
 
 def test_llm_sends_a_client_past_an_account_its_token_cap_cannot_admit(accounts, ledger_path):
-    assert pricing.current_revision().model("claude-haiku-4-5").context_window == HAIKU_WINDOW
+    assert prices.current_revision().model("claude-haiku-4-5").context_window == HAIKU_WINDOW
     declare_token_caps(alpha_cap=PROMPT_CEILING - 1)
     for _ in range(2):
         result = prompt("-m", ROUTED, "Hello")
@@ -445,7 +446,7 @@ def test_llm_sends_a_client_past_an_account_its_token_cap_cannot_admit(accounts,
     max_tokens = PROMPT_CEILING - HAIKU_WINDOW
     for row in rows:
         counted = json.loads(row["counted_json"])
-        assert row["ceiling_tokens"] == sum(counted[k] for k in pricing.COUNTED_INPUT_FIELDS) + max_tokens < PROMPT_CEILING
+        assert row["ceiling_tokens"] == sum(counted[k] for k in prices.COUNTED_INPUT_FIELDS) + max_tokens < PROMPT_CEILING
     assert [request["label"] for request in accounts.requests] == ["beta", "beta"]
 
 

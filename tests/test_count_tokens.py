@@ -291,7 +291,7 @@ def test_a_key_given_with_accounts_declared_is_a_credential_conflict(accounts):
 
 def test_a_count_whose_digits_hold_a_run_of_the_key_is_not_shown():
     from llm_accounts.counting import read_count
-    from llm_accounts.scrub import run_detector
+    from llm_accounts.wire.scrub import run_detector
 
     key = "sk-ant-api03-" + "x" * 40 + "31415926" + "y" * 40
     tokens, error = read_count(b'{"input_tokens": 31415926}', run_detector(key), "alpha")

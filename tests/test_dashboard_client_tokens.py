@@ -13,7 +13,7 @@ from llm_accounts import clock
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 MODEL = "claude-sonnet-4-5-20250929"

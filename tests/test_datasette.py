@@ -1067,7 +1067,7 @@ async def test_the_dashboard_marks_an_account_llm_accounts_remove_removed(user_p
 async def test_the_dashboard_names_the_machine_an_account_is_unreachable_from(ledger_path, at_now):
     from llm_accounts.declarations import Account
     from llm_accounts.ledger import Ledger, Scope, Unknown
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     work = Account("work", "WORK_KEY", USD)
     with Ledger(ledger_path, host="m1") as ledger:

@@ -16,7 +16,7 @@ from llm_accounts import clock
 from llm_accounts.declarations import Account, load_declaration, parse_accounts, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
 # A value no rule text holds: an error that repeats it shows it.

@@ -8,8 +8,8 @@ import re
 import sqlite3
 import stat
 
-from llm_accounts import transport
 from llm_accounts.ledger import Ledger
+from llm_accounts.wire import transport
 
 SECURITY = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "security.md").read_text()
 

@@ -236,7 +236,7 @@ def test_a_ceiling_that_fits_a_budget_whose_room_is_held_never_advises_a_smaller
 
     from llm_accounts import clock
     from llm_accounts.ledger import Ledger, Scope, Unknown
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     now = dt.datetime(2027, 1, 10, 12, tzinfo=dt.timezone.utc)
     monkeypatch.setattr(clock, "now", lambda: now)
@@ -283,7 +283,7 @@ def test_a_cooling_account_with_its_probe_in_flight_says_so_once(ledger_path):
 
     from llm_accounts.errors import AccountsError
     from llm_accounts.ledger import Ledger, Scope, Unknown
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     work = Account("work", "WORK_KEY", 10 * NANO)
     t0 = dt.datetime(2027, 1, 10, 12, tzinfo=dt.timezone.utc)

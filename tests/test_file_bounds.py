@@ -151,7 +151,7 @@ def test_a_model_list_file_that_is_a_fifo_is_one_coded_line_for_a_routed_prompt(
 @needs_fifo
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_unbounded_price_file_is_unsupported_pricing(tmp_path, kind, monkeypatch):
-    from llm_accounts import pricing
+    from llm_accounts.pricing import prices as pricing
 
     prices = tmp_path / "prices"
     prices.mkdir()

@@ -9,11 +9,11 @@ client cap can never admit a plain ``claude-routed`` prompt, and name what fits:
 import pytest
 from click.testing import CliRunner
 
-from llm_accounts import fits, pricing
 from llm_accounts.capabilities import for_model
 from llm_accounts.cli import accounts
 from llm_accounts.declarations import load_declaration
 from llm_accounts.ladder import quote_for
+from llm_accounts.pricing import fits, prices
 from llm_accounts.money import usd_fine
 
 DEFAULT = "claude-sonnet-4-6"  # the shipped default of plain claude-routed
@@ -114,7 +114,7 @@ def test_status_json_carries_the_warnings():
 
 
 def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     window = revision.model(DEFAULT).context_window
     assert fits.largest_max_tokens(DEFAULT, revision, "tokens", window + 1234) == 1234
     assert fits.largest_max_tokens(DEFAULT, revision, "tokens", window) is None
@@ -123,7 +123,7 @@ def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():
 def test_prices_shows_every_active_models_ceiling_at_its_default_max_tokens():
     result = run("prices")
     rows = {line.split()[0]: line.split() for line in result.output.splitlines() if line.startswith("claude-")}
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     for model in revision.models.values():
         row = rows[model.id]
         if model.status == "retired":
@@ -134,7 +134,7 @@ def test_prices_shows_every_active_models_ceiling_at_its_default_max_tokens():
 
 def nova_book(context_window, max_output):
     """The price book with the user's own revision of claude-nova-6, a model nothing ships."""
-    from llm_accounts import price_book
+    from llm_accounts.pricing import price_book
 
     nova = {
         "id": "claude-nova-6", "display_name": "Claude Nova 6", "context_window": context_window,
@@ -142,7 +142,7 @@ def nova_book(context_window, max_output):
         "rates": {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000},
     }
     data = {"revision": "2026-12-05-mine", "applies_from": "2026-12-05", "sources": ["https://example.com/pricing"], "models": [nova]}
-    return price_book.build(pricing.current_revision(), [pricing.revision_from_dict(data, pricing.USER)])
+    return price_book.build(prices.current_revision(), [prices.revision_from_dict(data, prices.USER)])
 
 
 def small_account(budget_nusd):
@@ -162,7 +162,7 @@ def test_a_shipped_model_that_fits_is_named_before_one_only_the_users_price_file
 def test_a_model_only_the_users_price_file_knows_is_named_when_no_shipped_model_fits():
     book = nova_book(10_000, 1_000)
     nova = quote_for("claude-nova-6", book).ceiling_nusd
-    shipped = pricing.current_revision()
+    shipped = prices.current_revision()
     assert all(quote_for(model.id).ceiling_nusd > nova for model in shipped.models.values() if model.status != "retired")
     [line] = fits.warnings(small_account(nova), book)
     assert f"; claude-routed/claude-nova-6 fits ({usd_fine(nova)} ceiling at its default max_tokens)" in line

@@ -12,10 +12,11 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
-from llm_accounts import payload, pricing
-from llm_accounts.provider import report as provider_report
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing import current_revision, geo_multiplier, quote, settlement_cost
+from llm_accounts.pricing import prices
+from llm_accounts.pricing.prices import current_revision, geo_multiplier, quote, settlement_cost
+from llm_accounts.provider import report as provider_report
+from llm_accounts.wire import payload
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 from routed_helpers import attempts, llm_cli
 
@@ -72,7 +73,7 @@ USER_REVISION = {
 def user_revision(**model_fields):
     data = copy.deepcopy(USER_REVISION)
     data["models"][0].update(model_fields)
-    return pricing.revision_from_dict(data, pricing.USER)
+    return prices.revision_from_dict(data, prices.USER)
 
 
 # The shipped revision -------------------------------------------------------------------------
@@ -327,7 +328,7 @@ def test_a_routed_prompt_pinning_global_sends_it_and_reserves_1_0x(accounts, led
 
 def test_a_user_price_file_may_give_geo_multipliers():
     raw = json.dumps(USER_REVISION).encode()
-    price = pricing.parse_price_file(raw, pricing.USER).model("claude-odd-7")
+    price = prices.parse_price_file(raw, prices.USER).model("claude-odd-7")
     assert price.geo_multipliers == {"eu": Fraction(5, 4), "us": Fraction(11, 10)}
 
 
@@ -348,8 +349,8 @@ def test_a_user_price_file_may_give_geo_multipliers():
 def test_a_user_geo_multiplier_breaking_a_rule_is_refused_naming_the_field_and_the_rule(geo, expected):
     data = copy.deepcopy(USER_REVISION)
     data["models"][0]["inference_geo"] = geo
-    with pytest.raises(pricing.PriceFileError) as caught:
-        pricing.parse_price_file(json.dumps(data).encode(), pricing.USER)
+    with pytest.raises(prices.PriceFileError) as caught:
+        prices.parse_price_file(json.dumps(data).encode(), prices.USER)
     assert str(caught.value).startswith(expected), str(caught.value)
     assert CANARY.upper() not in str(caught.value) and "0.9" not in str(caught.value)
 

@@ -10,7 +10,7 @@ from llm_accounts import clock
 from llm_accounts.cli import accounts
 from llm_accounts.declarations import load_declaration
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 DECLARATION = json.dumps(

@@ -22,8 +22,8 @@ from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope
 from llm_accounts.money import NANO
-from llm_accounts.payload import freeze
-from llm_accounts.pricing import Quote, quote as price
+from llm_accounts.pricing.prices import Quote, quote as price
+from llm_accounts.wire.payload import freeze
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
@@ -347,7 +347,7 @@ def test_a_version_1_ledger_gains_model_health_and_waiter_as_version_3_and_keeps
 def default_quote(model):
     """The quote of a prompt on ``model`` without -o max_tokens (llm-anthropic's default for it)."""
     from llm_accounts.capabilities import for_model
-    from llm_accounts.pricing import current_revision
+    from llm_accounts.pricing.prices import current_revision
 
     max_tokens = for_model(current_revision().model(model).id).default_max_tokens
     body = {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}]}

@@ -26,7 +26,7 @@ from llm.cli import cli
 from llm_accounts import ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

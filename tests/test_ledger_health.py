@@ -8,7 +8,7 @@ import pytest
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

@@ -15,12 +15,12 @@ import pytest
 from click.testing import CliRunner
 
 from llm_accounts import clock, ledger as ledger_module
-from llm_accounts.ledger import postgres
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
+from llm_accounts.ledger import postgres
 from llm_accounts.ledger import Complete, Ledger, NotSent, Refused, Scope, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
@@ -80,9 +80,9 @@ class Blocked:
             raise ImportError("psycopg is blocked")
 sys.meta_path.insert(0, Blocked())
 import llm_accounts, llm_accounts.cli, llm_accounts.models
-from llm_accounts.ledger import Ledger, Scope
 from llm_accounts.declarations import Account
-from llm_accounts.pricing import Quote
+from llm_accounts.ledger import Ledger, Scope
+from llm_accounts.pricing.prices import Quote
 with Ledger({str(tmp_path / 'ledger.db')!r}) as ledger:
     ledger.reserve(Scope("conversation", "c1"), "a1", Quote("{MODEL}", 1, "2026-11-01", "ab" * 32), [Account("work", "WORK_KEY", 10**9)])
     ledger.export({str(tmp_path / 'copy.db')!r})

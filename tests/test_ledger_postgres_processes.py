@@ -19,7 +19,7 @@ import pytest
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 CEILING = 1_000_000

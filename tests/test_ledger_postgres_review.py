@@ -10,7 +10,7 @@ import pytest
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.ledger import postgres
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

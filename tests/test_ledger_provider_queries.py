@@ -8,7 +8,7 @@ import pytest
 
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 UTC = dt.timezone.utc

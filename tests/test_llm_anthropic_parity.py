@@ -7,8 +7,9 @@ import json
 import llm
 import pytest
 
-from llm_accounts import models, transport
-from llm_accounts.payload import SCHEMA_TOOL
+from llm_accounts import models
+from llm_accounts.wire import transport
+from llm_accounts.wire.payload import SCHEMA_TOOL
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
@@ -317,8 +318,8 @@ def test_fast_mode_is_refused_as_unpriced(accounts):
 
 
 def test_server_tools_go_by_llm_anthropic_names_and_are_sent_as_their_definitions():
-    from llm_accounts import payload
     from llm_accounts.server_tools import WebFetch, WebSearch
+    from llm_accounts.wire import payload
 
     model = llm.get_model(HAIKU)
     assert {tool.__name__ for tool in model.supported_server_side_tools} >= {"WebSearch", "WebFetch", "CodeExecution"}

@@ -19,10 +19,10 @@ import pytest
 from hostile import Reply, hostile_account  # noqa: F401  (fixture)
 from routed_helpers import attempts
 from stalling import Stalling
-from llm_accounts import transport
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Ledger, Refused, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
+from llm_accounts.wire import transport
 
 MODEL = "claude-routed/claude-haiku-4-5"
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

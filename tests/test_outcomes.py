@@ -18,11 +18,11 @@ import pytest
 
 from hostile import message, sse, text_stream, usage
 from stalling import LIVENESS_S, Stalling, head
-from llm_accounts import transport
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger
 from llm_accounts.money import NANO
-from llm_accounts.pricing import settlement_cost
+from llm_accounts.pricing.prices import settlement_cost
+from llm_accounts.wire import transport
 from routed_helpers import attempts
 
 MODEL = "claude-routed/claude-haiku-4-5"

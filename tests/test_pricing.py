@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from llm_accounts.cli import accounts
 from llm_accounts.errors import AccountsError
-from llm_accounts.pricing import (
+from llm_accounts.pricing.prices import (
     ModelPrice,
     Rates,
     Revision,

@@ -18,7 +18,7 @@ from llm_accounts import liveness
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Complete, Ledger, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from routed_helpers import attempts, killed_after_reserving, llm_cli, recorded_waits
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

@@ -5,7 +5,7 @@ import json
 import llm
 
 import llm_accounts
-from llm_accounts.cost import Cost, cost_from_routing, usage_details
+from llm_accounts.pricing.cost import Cost, cost_from_routing, usage_details
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

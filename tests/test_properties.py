@@ -15,9 +15,9 @@ from hypothesis import assume, given, strategies as st
 from conftest import runs_of
 from llm_accounts.declarations import _parse_dotenv, load_declaration
 from llm_accounts.errors import AccountsError
-from llm_accounts.events import StreamReader
-from llm_accounts.scrub import MASK, StreamScrubber
-from llm_accounts.wire import sse_lines
+from llm_accounts.wire.events import StreamReader
+from llm_accounts.wire.scrub import MASK, StreamScrubber
+from llm_accounts.wire.sse import sse_lines
 from test_scrub import expected_stream, stream, view
 
 KEY_ALPHABET = string.ascii_letters + string.digits + "-_"

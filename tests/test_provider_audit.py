@@ -15,8 +15,8 @@ import pytest
 from conftest import assert_no_key_material, make_key
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
+from llm_accounts.pricing.prices import Revision, current_revision, settlement_cost
 from llm_accounts.provider import audit as provider_audit, rules as provider_usage
-from llm_accounts.pricing import Revision, current_revision, settlement_cost
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import llm_cli

@@ -14,11 +14,11 @@ import pytest
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from llm_accounts import clock
-from llm_accounts.provider import rules as provider_usage, settle as provider_pass
-from llm_accounts.errors import AccountsError
 from llm_accounts.declarations import Account, load_declaration, save_accounts_file
+from llm_accounts.errors import AccountsError
 from llm_accounts.money import NANO
-from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.pricing.prices import current_revision, settlement_cost
+from llm_accounts.provider import rules as provider_usage, settle as provider_pass
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import killed_after_reserving, llm_cli

@@ -17,7 +17,7 @@ import time
 from conftest import make_key
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.money import NANO
-from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.standin import StandIn
 from llm_accounts.standin.config import default_api_key_id
 from routed_helpers import attempts

@@ -10,11 +10,11 @@ import json
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llm_accounts import pricing
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Unknown
+from llm_accounts.pricing import prices
 from llm_accounts.money import NANO
-from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.provider import report as rp, rules as pu, settle
 from llm_accounts.records import Scope
 
@@ -56,7 +56,7 @@ def test_the_pass_settles_attempts_in_a_ledger_at_exactly_their_bills_or_leaves_
     n = next(_names)
     account = Account(f"w{n}", f"W{n}_KEY", 1000 * NANO)
     location = ledger_location if isinstance(ledger_location, str) else ledger_location.with_name(f"ledger-{n}.db")
-    quote = pricing.quote(body(4096))
+    quote = prices.quote(body(4096))
     bills, rows = {}, []
     with Ledger(location) as ledger:
         for i, (offset, length, kind, usage, late) in enumerate(attempts):

@@ -13,7 +13,7 @@ import datetime as dt
 
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.provider import report as rp, rules as pu
 
 UTC = dt.timezone.utc

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material, make_key
 from hostile import HOLE, MODEL, SERVED, fill, hostile_account, text_reply, usage  # noqa: F401
-from llm_accounts.scrub import MASK
+from llm_accounts.wire.scrub import MASK
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from llm_accounts.pricing import current_revision, settlement_cost
+from llm_accounts.pricing.prices import current_revision, settlement_cost
 from llm_accounts.provider import report as rp, rules as pu
 from llm_accounts.provider.client import Read
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from llm_accounts import clock, health, selection
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Scope, admission, core, reads, recheck
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 MODEL = "claude-sonnet-4-5-20250929"
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

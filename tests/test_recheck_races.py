@@ -17,7 +17,7 @@ from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope, admission
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)

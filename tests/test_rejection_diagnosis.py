@@ -152,7 +152,7 @@ def reserved(ledger, account):
     import datetime as dt
 
     from llm_accounts.ledger import Scope
-    from llm_accounts.pricing import Quote
+    from llm_accounts.pricing.prices import Quote
 
     t0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
     ledger.reserve(Scope("conversation", "c1"), "a1", Quote("claude-sonnet-4-5-20250929", 10_000, "2026-11-01", "ab" * 32),

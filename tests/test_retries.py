@@ -14,7 +14,7 @@ from llm_accounts import retries
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Refused, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

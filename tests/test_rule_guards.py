@@ -63,7 +63,7 @@ def test_a_3xx_answer_is_a_failure_that_stays_unknown():
     """The client follows no redirect, so a 3xx is an answer that is not a message: an unknown
     outcome, not a success (bench/mutate.py moved the 2xx bound to 300), and an unexpected status
     whatever its body says (docs/errors.md "An unexpected status")."""
-    from llm_accounts import classify
+    from llm_accounts.wire import classify
 
     assert classify.outcome_for_status(300) == "provider_error"
     assert classify.failure_class(300, classify.UNREADABLE) == "provider_outage"

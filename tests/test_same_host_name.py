@@ -36,7 +36,7 @@ liveness._boot_id = lambda: boot  # this simulated machine's boot
 liveness.MACHINE_ID_FILES = (machine_id_file,)
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Ledger, Scope
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 ledger = Ledger(location)
 if action == "reserve":
     ledger.reserve(Scope("conversation", attempt_id), attempt_id, Quote("claude-haiku-4-5", 10**9, "r", "ab" * 32),

@@ -9,7 +9,7 @@ import string
 import pytest
 
 from conftest import assert_no_key_material, make_key, runs_of
-from llm_accounts.scrub import MASK, StreamScrubber, scrub_json, scrub_other, scrub_text
+from llm_accounts.wire.scrub import MASK, StreamScrubber, scrub_json, scrub_other, scrub_text
 
 KEY_LENGTH = len(make_key())
 

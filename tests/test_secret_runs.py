@@ -15,9 +15,10 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from conftest import assert_no_key_material
-from llm_accounts import keys, user_prices
+from llm_accounts import keys
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
+from llm_accounts.pricing import user_prices
 from llm_accounts.money import NANO
 from llm_accounts.provider import settle
 

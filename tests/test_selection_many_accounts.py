@@ -12,7 +12,7 @@ from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope, admission, reads
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from llm_accounts.selection import Candidate
 
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)

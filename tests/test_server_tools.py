@@ -14,13 +14,14 @@ import sqlite3
 import llm
 import pytest
 
-from llm_accounts import payload, pricing, tool_bounds
-from llm_accounts.events import StreamReader
+from llm_accounts.pricing import prices, tool_bounds
 from llm_accounts.money import NANO
 from llm_accounts.server_tools import CodeExecution, WebFetch, WebSearch
 from llm_accounts.standin import wire as standin_wire
 from llm_accounts.standin.cache import CachePlan
 from llm_accounts.standin.replies import plan_reply
+from llm_accounts.wire import payload
+from llm_accounts.wire.events import StreamReader
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm migrates logs.db once per session)
 
@@ -44,7 +45,7 @@ def refused_line(*args):
 
 
 def test_a_web_search_ceiling_is_ten_samplings_plus_each_search_fee():
-    quote = pricing.quote(body([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))
+    quote = prices.quote(body([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))
     one_sampling = 200_000 * 2_000 + 4_096 * 5_000  # Haiku 4.5: window at the 1h write rate, max_tokens at output
     assert quote.ceiling_nusd == tool_bounds.ITERATIONS * one_sampling + 3 * SEARCH_FEE
     assert quote.ceiling_tokens == tool_bounds.ITERATIONS * (200_000 + 4_096)
@@ -52,14 +53,14 @@ def test_a_web_search_ceiling_is_ten_samplings_plus_each_search_fee():
 
 
 def test_a_request_without_server_tools_keeps_the_one_sampling_ceiling():
-    quote = pricing.quote(body([{"name": "lookup", "description": "", "input_schema": {"type": "object"}}]))
+    quote = prices.quote(body([{"name": "lookup", "description": "", "input_schema": {"type": "object"}}]))
     # Not a server tool, so the marks decide the input rate: none here, so the input rate.
     assert quote.ceiling_nusd == 200_000 * 1_000 + 4_096 * 5_000
     assert not quote.server_tools
 
 
 def test_web_fetch_needs_no_max_uses_since_its_uses_carry_no_fee():
-    quote = pricing.quote(body([{"type": "web_fetch_20250910", "name": "web_fetch"}]))
+    quote = prices.quote(body([{"type": "web_fetch_20250910", "name": "web_fetch"}]))
     assert quote.ceiling_nusd == tool_bounds.ITERATIONS * (200_000 * 2_000 + 4_096 * 5_000)
 
 
@@ -69,9 +70,9 @@ def test_the_samplings_reach_the_long_context_tier_of_a_model_that_has_one():
         {"model": "claude-haiku-5-5", "max_tokens": 1000, "messages": [{"role": "user", "content": "Hi"}],
          "tools": [{"type": "web_search_20250305", "name": "web_search", "max_uses": 1}]}
     ).encode()
-    price = pricing.current_revision().model("claude-haiku-5-5")
+    price = prices.current_revision().model("claude-haiku-5-5")
     upper = price.long_context[1]
-    quote = pricing.quote(request)
+    quote = prices.quote(request)
     assert quote.ceiling_nusd >= tool_bounds.ITERATIONS * (price.context_window * max(upper.input_side()) + 1000 * upper.output)
 
 
@@ -90,8 +91,8 @@ def test_the_samplings_reach_the_long_context_tier_of_a_model_that_has_one():
     ],
 )
 def test_a_server_tool_without_a_priced_bound_is_refused_naming_it(tool, says):
-    with pytest.raises(pricing.AccountsError) as caught:
-        pricing.quote(body([tool]))
+    with pytest.raises(prices.AccountsError) as caught:
+        prices.quote(body([tool]))
     assert caught.value.code == "unsupported_pricing"
     assert says in caught.value.message
     assert "\n" not in str(caught.value)
@@ -102,7 +103,7 @@ def test_a_web_search_without_max_uses_is_refused_before_anything_is_reserved(st
     assert line == (
         "Error: unsupported_pricing: tools[0]: web_search needs max_uses: add it to the tool definition "
         "(for example WebSearch(max_uses=5)); each use is billed and nothing else bounds how many there are "
-        f"(price revision {pricing.current_revision().id})"
+        f"(price revision {prices.current_revision().id})"
     )
     assert standin_account.requests == [] and attempts(ledger_path) == []
 
@@ -138,23 +139,23 @@ def usage(**server_tool_use):
 
 
 def test_settlement_bills_each_search_on_top_of_tokens():
-    cost = pricing.settlement_cost(usage(web_search_requests=3, web_fetch_requests=2), HAIKU, None, None)
+    cost = prices.settlement_cost(usage(web_search_requests=3, web_fetch_requests=2), HAIKU, None, None)
     assert cost == 1_000 * 1_000 + 100 * 5_000 + 3 * SEARCH_FEE
 
 
 def test_a_server_tool_count_the_revision_has_no_fee_for_keeps_the_attempt_open():
-    assert pricing.settlement_cost(usage(code_execution_requests=1), HAIKU, None, None) is None
+    assert prices.settlement_cost(usage(code_execution_requests=1), HAIKU, None, None) is None
 
 
 def test_a_server_tool_count_that_is_not_a_count_keeps_the_attempt_open():
-    assert pricing.settlement_cost(usage(web_search_requests=-1), HAIKU, None, None) is None
+    assert prices.settlement_cost(usage(web_search_requests=-1), HAIKU, None, None) is None
 
 
 def test_a_revision_fee_must_be_whole_nanodollars_per_use():
-    data = json.loads(pricing._price_files().joinpath(pricing.current_revision().id + ".json").read_text())
+    data = json.loads(prices._price_files().joinpath(prices.current_revision().id + ".json").read_text())
     data["server_tool_fees"] = {"web_search_requests": 0.01}
     with pytest.raises(ValueError, match=r"server_tool_fees.web_search_requests: must be a non-negative integer"):
-        pricing.revision_from_dict(data)
+        prices.revision_from_dict(data)
 
 
 # The stream reader
@@ -341,7 +342,7 @@ def test_a_stream_with_a_block_type_this_version_does_not_know_is_read_to_the_en
     shown = [event for line in lines for event in reader.feed(line)] + reader.finish()
     assert reader.complete
     assert [(event.type, event.chunk) for event in shown] == [("text", "Done.")]
-    assert pricing.settlement_cost(reader.final_message()["usage"], HAIKU, None, None) == 10 * 1_000 + 3 * 5_000
+    assert prices.settlement_cost(reader.final_message()["usage"], HAIKU, None, None) == 10 * 1_000 + 3 * 5_000
 
 
 # The rules pinned by value (issue 33, point 5): each fails on one mutant of tool_bounds.py that
@@ -352,7 +353,7 @@ def test_the_web_search_ceiling_is_four_dollars_and_twenty_three_cents_as_docume
     # docs/pricing.md "Server tools": ten samplings of Haiku 4.5's whole window at the 1h write
     # rate plus max_tokens at output, plus three searches at $10 per 1,000. Written out, not
     # computed from tool_bounds.ITERATIONS, so the documented loop limit itself is pinned.
-    quote = pricing.quote(body([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))
+    quote = prices.quote(body([{"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]))
     assert quote.ceiling_nusd == 4_234_800_000
 
 
@@ -375,11 +376,11 @@ def test_searches_reported_on_a_request_without_a_search_tool_are_an_overrun():
 
 
 def test_a_revision_without_server_tool_fees_leaves_a_search_attempt_open():
-    data = json.loads(pricing._price_files().joinpath(pricing.current_revision().id + ".json").read_text())
+    data = json.loads(prices._price_files().joinpath(prices.current_revision().id + ".json").read_text())
     del data["server_tool_fees"]
-    revision = pricing.revision_from_dict(data)
-    assert pricing.settlement_cost(usage(web_search_requests=1), HAIKU, None, revision) is None
-    assert pricing.settlement_cost(usage(), HAIKU, None, revision) == 1_000 * 1_000 + 100 * 5_000
+    revision = prices.revision_from_dict(data)
+    assert prices.settlement_cost(usage(web_search_requests=1), HAIKU, None, revision) is None
+    assert prices.settlement_cost(usage(), HAIKU, None, revision) == 1_000 * 1_000 + 100 * 5_000
 
 
 def test_a_web_search_ceiling_above_every_budget_is_explained_to_the_dollar(standin_account, ledger_path):

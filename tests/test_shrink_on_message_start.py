@@ -16,9 +16,9 @@ import sys
 import pytest
 from hypothesis import given, strategies as st
 
-from llm_accounts import pricing
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
+from llm_accounts.pricing import prices
 from llm_accounts.money import NANO, usd_fine
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
@@ -42,8 +42,8 @@ def start_usage(fresh, written=0, read=0, **extra):
 
 def hold_of(usage, request=None, model=HAIKU):
     request = request or body()
-    quote = pricing.quote(request)
-    return pricing.counted_hold(usage, model, request, None, quote.max_output, quote.ceiling_nusd)
+    quote = prices.quote(request)
+    return prices.counted_hold(usage, model, request, None, quote.max_output, quote.ceiling_nusd)
 
 
 # The rule -----------------------------------------------------------------------------------
@@ -60,8 +60,8 @@ def test_the_hold_is_the_counted_input_at_its_rates_plus_max_tokens_of_output():
 
 def test_a_three_token_prompt_on_the_default_model_holds_cents_not_dollars():
     request = body(SONNET_46, 8192)
-    quote = pricing.quote(request)
-    hold = pricing.counted_hold(start_usage(3), SONNET_46, request, None, quote.max_output, quote.ceiling_nusd)
+    quote = prices.quote(request)
+    hold = prices.counted_hold(start_usage(3), SONNET_46, request, None, quote.max_output, quote.ceiling_nusd)
     # Sonnet 4.6 at $3 in, $15 out, times the 1.1 a "us" workspace may be billed at.
     assert hold.hold_nusd == (3 * 3000 + 8192 * 15_000) * 11 // 10
     assert hold.hold_nusd * 25 < quote.ceiling_nusd
@@ -69,18 +69,18 @@ def test_a_three_token_prompt_on_the_default_model_holds_cents_not_dollars():
 
 def test_a_request_pinned_to_the_global_geo_holds_without_the_us_multiplier():
     request = body(SONNET_46, 100, inference_geo="global")
-    quote = pricing.quote(request)
-    hold = pricing.counted_hold(start_usage(10), SONNET_46, request, None, quote.max_output, quote.ceiling_nusd)
+    quote = prices.quote(request)
+    hold = prices.counted_hold(start_usage(10), SONNET_46, request, None, quote.max_output, quote.ceiling_nusd)
     assert hold.hold_nusd == 10 * 3000 + 100 * 15_000
 
 
 def test_input_past_the_long_context_threshold_holds_at_the_long_context_rates():
     model = "claude-haiku-5-5"
     request = body(model, 100, inference_geo="global")
-    quote = pricing.quote(request)
-    price = pricing.current_revision().model(model)
+    quote = prices.quote(request)
+    price = prices.current_revision().model(model)
     threshold, rates = price.long_context
-    hold = pricing.counted_hold(start_usage(threshold + 1), model, request, None, quote.max_output, quote.ceiling_nusd)
+    hold = prices.counted_hold(start_usage(threshold + 1), model, request, None, quote.max_output, quote.ceiling_nusd)
     assert hold.hold_nusd == (threshold + 1) * rates.input + 100 * rates.output
 
 
@@ -113,7 +113,7 @@ def test_a_served_model_the_revision_does_not_price_keeps_the_ceiling():
 
 
 def test_a_hold_that_would_not_be_below_the_ceiling_keeps_the_ceiling():
-    window = pricing.current_revision().model(HAIKU).context_window
+    window = prices.current_revision().model(HAIKU).context_window
     # A request with a one-hour mark whose whole window is written for an hour: the dearest input
     # rate on every token, as the ceiling.
     marked = body(cache_control={"type": "ephemeral", "ttl": "1h"})
@@ -136,22 +136,22 @@ def test_no_final_usage_with_the_counted_input_and_output_within_max_tokens_cost
 ):
     output = min(output, max_tokens)
     request = body(HAIKU, max_tokens)
-    quote = pricing.quote(request)
+    quote = prices.quote(request)
     usage = start_usage(fresh, written, read)
-    hold = pricing.counted_hold(usage, HAIKU, request, None, quote.max_output, quote.ceiling_nusd)
+    hold = prices.counted_hold(usage, HAIKU, request, None, quote.max_output, quote.ceiling_nusd)
     final = {**usage, "output_tokens": output}
-    cost = pricing.settlement_cost(final, HAIKU, request, None)
+    cost = prices.settlement_cost(final, HAIKU, request, None)
     assert cost <= hold.hold_nusd < quote.ceiling_nusd
-    assert not pricing.contradicts(hold.counts, final)
+    assert not prices.contradicts(hold.counts, final)
     if output == max_tokens:
         assert cost == hold.hold_nusd
 
 
-@pytest.mark.parametrize("field", pricing.COUNTED_INPUT_FIELDS)
+@pytest.mark.parametrize("field", prices.COUNTED_INPUT_FIELDS)
 def test_a_final_usage_counting_any_input_field_otherwise_contradicts_the_counts(field):
     counts = {"input_tokens": 3, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
-    assert not pricing.contradicts(counts, {"input_tokens": 3, "output_tokens": 50})
-    assert pricing.contradicts(counts, {**counts, field: counts[field] + 1, "output_tokens": 50})
+    assert not prices.contradicts(counts, {"input_tokens": 3, "output_tokens": 50})
+    assert prices.contradicts(counts, {**counts, field: counts[field] + 1, "output_tokens": 50})
 
 
 # The ledger's write, on both backends -------------------------------------------------------
@@ -164,7 +164,7 @@ def ledger(ledger_location):
 
 
 def reserve(ledger, attempt_id="a1"):
-    quote = pricing.quote(body())
+    quote = prices.quote(body())
     ledger.reserve(Scope("conversation", attempt_id), attempt_id, quote, [WORK], now=NOW)
     return quote
 
@@ -218,7 +218,7 @@ def test_a_shrink_never_raises_a_hold(ledger):
 def test_a_settled_attempt_is_not_shrunk(ledger):
     reserve(ledger)
     usage = {**start_usage(3), "output_tokens": 10}
-    ledger.settle("a1", Complete(pricing.settlement_cost(usage, HAIKU, body(), None), usage, HAIKU), now=NOW)
+    ledger.settle("a1", Complete(prices.settlement_cost(usage, HAIKU, body(), None), usage, HAIKU), now=NOW)
     hold = hold_of(start_usage(3))
     assert ledger.shrink("a1", hold.hold_nusd, hold.hold_tokens, hold.counts, now=NOW) == "unchanged"
     assert ledger.audit() == []
@@ -229,7 +229,7 @@ def test_a_complete_answer_that_agrees_with_the_counts_settles_without_a_block(l
     hold = hold_of(start_usage(3))
     ledger.shrink("a1", hold.hold_nusd, hold.hold_tokens, hold.counts, now=NOW)
     usage = {**start_usage(3), "output_tokens": 1000}
-    cost = pricing.settlement_cost(usage, HAIKU, body(), None)
+    cost = prices.settlement_cost(usage, HAIKU, body(), None)
     assert ledger.settle("a1", Complete(cost, usage, HAIKU), now=NOW) == "settled"
     [status] = ledger.status([WORK], now=NOW)
     assert (status.blocked_reason, status.open_ceiling_nusd, status.settled_nusd) == (None, 0, cost)
@@ -241,7 +241,7 @@ def test_final_input_counts_that_differ_settle_at_the_truth_and_block_the_accoun
     hold = hold_of(start_usage(3))
     ledger.shrink("a1", hold.hold_nusd, hold.hold_tokens, hold.counts, now=NOW)
     usage = {**start_usage(1003), "output_tokens": 10}  # cheaper than the hold, but counted otherwise
-    cost = pricing.settlement_cost(usage, HAIKU, body(), None)
+    cost = prices.settlement_cost(usage, HAIKU, body(), None)
     assert cost < hold.hold_nusd
     assert ledger.settle("a1", Complete(cost, usage, HAIKU), now=NOW) == "settled"
     [status] = ledger.status([WORK], now=NOW)
@@ -253,7 +253,7 @@ def test_a_cost_above_the_shrunk_hold_settles_at_the_truth_and_blocks_the_accoun
     hold = hold_of(start_usage(3))
     ledger.shrink("a1", hold.hold_nusd, hold.hold_tokens, hold.counts, now=NOW)
     usage = {**start_usage(3), "output_tokens": 5000}  # past max_tokens: no bound holds
-    cost = pricing.settlement_cost(usage, HAIKU, body(), None)
+    cost = prices.settlement_cost(usage, HAIKU, body(), None)
     assert cost > hold.hold_nusd
     ledger.settle("a1", Complete(cost, usage, HAIKU), now=NOW)
     [status] = ledger.status([WORK], now=NOW)
@@ -261,7 +261,7 @@ def test_a_cost_above_the_shrunk_hold_settles_at_the_truth_and_blocks_the_accoun
 
 
 def test_the_room_a_shrink_frees_admits_the_next_prompt(ledger):
-    quote = pricing.quote(body())
+    quote = prices.quote(body())
     tight = Account("work", "WORK_KEY", quote.ceiling_nusd + quote.ceiling_nusd // 2)
     ledger.reserve(Scope("conversation", "a1"), "a1", quote, [tight], now=NOW)
     with pytest.raises(Exception) as refused:
@@ -304,7 +304,7 @@ def test_ctrl_c_mid_stream_keeps_only_the_counted_input_and_max_tokens_of_output
     counts = json.loads(row["counted_json"])
     assert row["state"] == "open" and row["outcome"] in ("cancelled", "stream_closed")
     assert row["ceiling_nusd"] == counts["input_tokens"] * 1000 + 300 * 5000
-    assert row["reserved_nusd"] == pricing.quote(body(HAIKU, 300)).ceiling_nusd  # what was reserved before sending
+    assert row["reserved_nusd"] == prices.quote(body(HAIKU, 300)).ceiling_nusd  # what was reserved before sending
     assert usd_fine(row["ceiling_nusd"]) in stderr  # the held-open line names what is still held
 
 
@@ -334,7 +334,7 @@ def test_final_counts_above_message_starts_block_the_account_and_say_so(accounts
     usage = json.loads(row["usage_json"])
     assert usage["input_tokens"] == json.loads(row["counted_json"])["input_tokens"] + 1000
     assert row["state"] == "settled"
-    assert row["cost_nusd"] == pricing.settlement_cost(usage, HAIKU, None, None)
+    assert row["cost_nusd"] == prices.settlement_cost(usage, HAIKU, None, None)
     with Ledger(ledger_path) as ledger:
         blocked = {s.name: s.blocked_reason for s in ledger.status()}
     assert blocked[row["account"]] == "settlement_conflict"
@@ -342,7 +342,7 @@ def test_final_counts_above_message_starts_block_the_account_and_say_so(accounts
 
 
 def test_room_freed_by_a_shrink_admits_a_prompt_while_the_first_still_streams(accounts, ledger_path, user_path):
-    ceiling = pricing.quote(body(HAIKU, 300)).ceiling_nusd
+    ceiling = prices.quote(body(HAIKU, 300)).ceiling_nusd
     save_accounts_file([Account("alpha", "ALPHA_KEY", ceiling + ceiling // 2)], None)
     accounts.set_behaviour("alpha", "slow", delay=0.5)
     first = llm_process("-m", ROUTED, LONG_PROMPT, "-o", "max_tokens", "300", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -397,7 +397,7 @@ def test_ctrl_c_mid_stream_keeps_only_the_shrunk_hold_on_a_postgresql_ledger(acc
 
 
 def test_a_prompts_cost_holds_the_shrunk_hold_and_its_record_keeps_what_was_reserved():
-    from llm_accounts.cost import cost_from_routing
+    from llm_accounts.pricing.cost import cost_from_routing
 
     routing = {"account": "alpha", "attempts": [
         {"id": "a1", "account": "alpha", "outcome": "cancelled", "cost_nusd": None, "ceiling_nusd": 720_000_000,

@@ -19,7 +19,7 @@ from llm_accounts.cli import accounts as accounts_cli
 from llm_accounts.declarations import Account
 from llm_accounts.ledger import Complete, Ledger, Scope, Unknown
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 12, 10, 12, 0, tzinfo=UTC)  # credit period 2026-12: 2026-11-30 .. 2026-12-30

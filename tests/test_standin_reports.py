@@ -8,7 +8,7 @@ from fractions import Fraction
 import httpx
 import pytest
 
-from llm_accounts.pricing import current_revision
+from llm_accounts.pricing.prices import current_revision
 from llm_accounts.standin import ConfigError, StandIn, validate_config
 from llm_accounts.standin.config import default_api_key_id
 from conftest import make_key

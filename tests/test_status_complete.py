@@ -13,7 +13,7 @@ from llm_accounts.cli import accounts
 from llm_accounts.declarations import Account, load_declaration
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 12, 10, 12, 0, tzinfo=UTC)  # credit period 2026-12: 2026-11-30 to 2026-12-31

@@ -10,9 +10,9 @@ import llm
 
 from conftest import assert_no_key_material, assert_tree_has_no_key_material
 from hostile import MODEL, escaped, hostile_account, raw_reply, sse, text_stream, tool_stream  # noqa: F401
-from llm_accounts import payload
-from llm_accounts.events import StreamReader
-from llm_accounts.scrub import MASK
+from llm_accounts.wire import payload
+from llm_accounts.wire.events import StreamReader
+from llm_accounts.wire.scrub import MASK
 from routed_helpers import attempts, llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 

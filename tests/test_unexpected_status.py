@@ -13,8 +13,8 @@ from conftest import assert_no_key_material
 from hostile import MODEL, Reply, hostile_account, message  # noqa: F401  (fixture)
 from routed_helpers import attempts, llm_cli
 from test_secrets_reach import assert_nothing_reachable
-from llm_accounts import classify
 from llm_accounts.errors import AccountsError
+from llm_accounts.wire import classify
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 # A body that would be a whole answer on a 200: an unexpected status is not read as one.

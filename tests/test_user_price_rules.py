@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from llm.cli import cli
 
-from llm_accounts import price_book, pricing, user_prices
+from llm_accounts.pricing import price_book, prices, user_prices
 
 HAIKU = "claude-haiku-4-5-20251001"  # shipped: 200,000-token window, 64,000 output, $1 / $5
 SHIPPED_HAIKU_RATES = {"input": 1000, "write_5m": 1250, "write_1h": 2000, "cache_read": 100, "output": 5000}
@@ -115,7 +115,7 @@ def test_a_smaller_window_put_in_by_hand_is_not_used_so_the_ceiling_stays_the_sh
     assert book.revision_of(HAIKU) is book.shipped
     [problem] = book.problems
     assert "haiku-cut.json" in problem.message and "models[0].context_window: must be at least the shipped" in problem.message
-    assert quote_for(HAIKU, book).ceiling_nusd == quote_for(HAIKU, pricing.current_revision()).ceiling_nusd
+    assert quote_for(HAIKU, book).ceiling_nusd == quote_for(HAIKU, prices.current_revision()).ceiling_nusd
 
 
 # Zero rates only for a model priced free on purpose ------------------------------------------
@@ -147,7 +147,7 @@ def test_a_zero_long_context_rate_is_refused_too(user_path, tmp_path):
 def test_a_model_that_says_it_is_free_may_be_priced_at_zero(user_path, tmp_path):
     result = add(tmp_path, revision(NOVA_REVISION, rates={name: 0 for name in CUT_RATES}, free=True))
     assert result.exit_code == 0, result.output
-    assert price_book.current().model(NOVA).rates == pricing.Rates(0, 0, 0, 0, 0)
+    assert price_book.current().model(NOVA).rates == prices.Rates(0, 0, 0, 0, 0)
 
 
 def test_free_must_be_true_or_false(user_path, tmp_path):
@@ -163,7 +163,7 @@ def test_all_zero_rates_put_in_by_hand_do_not_make_a_shipped_model_free(user_pat
     monkeypatch.setattr(clock, "now", lambda: datetime.datetime(2026, 12, 6, tzinfo=datetime.timezone.utc))
     by_hand(revision(rates={name: 0 for name in CUT_RATES}))
     book = price_book.current()
-    assert book.model("claude-haiku-4-5").rates == pricing.Rates(**SHIPPED_HAIKU_RATES)
+    assert book.model("claude-haiku-4-5").rates == prices.Rates(**SHIPPED_HAIKU_RATES)
 
 
 # Replacing a shipped price is said, old -> new ------------------------------------------------

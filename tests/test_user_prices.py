@@ -13,9 +13,10 @@ from click.testing import CliRunner
 from llm.cli import cli
 
 from conftest import assert_no_key_material, make_key
-from llm_accounts import catalog, price_book, pricing, user_prices
+from llm_accounts import catalog
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.errors import AccountsError
+from llm_accounts.pricing import price_book, prices, user_prices
 from llm_accounts.money import NANO
 from routed_helpers import attempts
 
@@ -58,10 +59,10 @@ def accounts_cli(*args):
 
 
 def test_a_user_revision_is_read_with_its_id_marked_as_the_users():
-    revision = pricing.parse_price_file(json.dumps(REVISION).encode(), pricing.USER)
+    revision = prices.parse_price_file(json.dumps(REVISION).encode(), prices.USER)
     assert revision.id == "user:2026-12-05-mine"
     assert revision.applies_from == "2026-12-05"
-    assert revision.model(NOVA).rates == pricing.Rates(**NOVA_RATES)
+    assert revision.model(NOVA).rates == prices.Rates(**NOVA_RATES)
 
 
 def _drop_rate(data):
@@ -127,8 +128,8 @@ def _same_name_twice(data):
 def test_a_price_file_breaking_a_rule_is_refused_naming_the_field_and_the_rule(break_it, expected):
     data = revision_data()
     break_it(data)
-    with pytest.raises(pricing.PriceFileError) as caught:
-        pricing.parse_price_file(json.dumps(data).encode(), pricing.USER)
+    with pytest.raises(prices.PriceFileError) as caught:
+        prices.parse_price_file(json.dumps(data).encode(), prices.USER)
     assert str(caught.value).startswith(expected), str(caught.value)
 
 
@@ -142,8 +143,8 @@ def test_a_price_file_breaking_a_rule_is_refused_naming_the_field_and_the_rule(b
     ],
 )
 def test_a_price_file_that_is_not_strict_json_is_refused(raw, expected):
-    with pytest.raises(pricing.PriceFileError) as caught:
-        pricing.parse_price_file(raw, pricing.USER)
+    with pytest.raises(prices.PriceFileError) as caught:
+        prices.parse_price_file(raw, prices.USER)
     assert str(caught.value) == expected
 
 
@@ -156,8 +157,8 @@ def test_a_refusal_never_echoes_what_the_file_holds():
         revision_data(models=[{**REVISION["models"][0], "rates": {**NOVA_RATES, "output": key}}]),
         revision_data(revision=key.lower()),
     ):
-        with pytest.raises(pricing.PriceFileError) as caught:
-            pricing.parse_price_file(json.dumps(data).encode(), pricing.USER)
+        with pytest.raises(prices.PriceFileError) as caught:
+            prices.parse_price_file(json.dumps(data).encode(), prices.USER)
         assert_no_key_material(str(caught.value), key)
 
 
@@ -165,7 +166,7 @@ def test_a_refusal_never_echoes_what_the_file_holds():
 
 
 def user_revision(**changes):
-    return pricing.revision_from_dict(revision_data(**changes), pricing.USER)
+    return prices.revision_from_dict(revision_data(**changes), prices.USER)
 
 
 def haiku_override(applies_from, overrides):
@@ -176,7 +177,7 @@ def haiku_override(applies_from, overrides):
 
 
 def test_a_model_only_the_user_prices_is_priced_by_the_users_revision():
-    book = price_book.build(pricing.current_revision(), [user_revision()])
+    book = price_book.build(prices.current_revision(), [user_revision()])
     assert book.model(NOVA).rates.output == 10000
     assert book.revision_of(NOVA).id == "user:2026-12-05-mine"
     assert book.revision_of(HAIKU) is book.shipped
@@ -187,7 +188,7 @@ def test_a_model_only_the_user_prices_is_priced_by_the_users_revision():
     [("2026-12-05", False), ("2026-11-29", True), ("2026-01-01", True)],
 )
 def test_the_shipped_price_wins_unless_the_user_revision_is_newer_and_says_so(applies_from, overrides):
-    shipped = pricing.current_revision()
+    shipped = prices.current_revision()
     book = price_book.build(shipped, [haiku_override(applies_from, overrides)])
     assert book.revision_of("claude-haiku-4-5") is shipped
     assert book.model(HAIKU) == shipped.model(HAIKU)
@@ -197,7 +198,7 @@ def test_the_shipped_price_wins_unless_the_user_revision_is_newer_and_says_so(ap
 
 def test_a_newer_user_revision_that_says_so_replaces_the_shipped_price_under_every_name():
     override = haiku_override("2026-12-05", True)
-    book = price_book.build(pricing.current_revision(), [override])
+    book = price_book.build(prices.current_revision(), [override])
     for name in (HAIKU, "claude-haiku-4-5"):
         assert book.revision_of(name) is override
         assert book.model(name).rates.output == 10000
@@ -206,7 +207,7 @@ def test_a_newer_user_revision_that_says_so_replaces_the_shipped_price_under_eve
 @pytest.mark.parametrize("shipped_name", [HAIKU, "claude-haiku-4-5"])
 def test_a_user_alias_may_not_shadow_a_shipped_name_without_overrides_shipped(shipped_name):
     # Issue 33, point 6: the rule is on every name the file gives, its aliases too.
-    shipped = pricing.current_revision()
+    shipped = prices.current_revision()
     sneaky = user_revision(models=[{**REVISION["models"][0], "aliases": [shipped_name]}])
     book = price_book.build(shipped, [sneaky])
     assert book.revision_of(shipped_name) is shipped
@@ -219,7 +220,7 @@ def test_an_override_replaces_every_name_of_the_shipped_model_not_only_those_it_
     # to the shipped price, nor to no price at all.
     model = {**REVISION["models"][0], "id": listed[0], "context_window": 200000, "max_output": 64000}
     override = user_revision(revision="haiku-one-name", applies_from="2026-12-05", overrides_shipped=True, models=[model])
-    book = price_book.build(pricing.current_revision(), [override])
+    book = price_book.build(prices.current_revision(), [override])
     for name in (HAIKU, "claude-haiku-4-5"):
         assert book.revision_of(name) is override
         assert book.model(name).rates.output == 10000
@@ -229,7 +230,7 @@ def test_of_two_user_revisions_for_one_model_the_later_applies():
     earlier = user_revision(revision="early", applies_from="2026-12-01")
     later_model = {**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 12000}}
     later = user_revision(revision="late", applies_from="2026-12-10", models=[later_model])
-    book = price_book.build(pricing.current_revision(), [later, earlier])
+    book = price_book.build(prices.current_revision(), [later, earlier])
     assert book.revision_of(NOVA) is later
     assert book.model(NOVA).rates.output == 12000
 
@@ -239,7 +240,7 @@ def test_of_two_user_revisions_the_later_applies_from_wins_whatever_their_ids():
     later_model = {**REVISION["models"][0], "rates": {**NOVA_RATES, "output": 12000}}
     later = user_revision(revision="a-later", applies_from="2026-12-10", models=[later_model])
     earlier = user_revision(revision="z-earlier", applies_from="2026-12-01")
-    book = price_book.build(pricing.current_revision(), [earlier, later])
+    book = price_book.build(prices.current_revision(), [earlier, later])
     assert book.revision_of(NOVA) is later
     assert book.model(NOVA).rates.output == 12000
 
@@ -247,7 +248,7 @@ def test_of_two_user_revisions_the_later_applies_from_wins_whatever_their_ids():
 def test_a_model_only_the_user_prices_is_priced_before_its_revisions_date():
     # The wait for applies_from keeps a shipped price in force; a model nothing else prices has
     # no other price to keep, so its revision prices it already.
-    book = price_book.build(pricing.current_revision(), [user_revision()], today="2026-12-01")
+    book = price_book.build(prices.current_revision(), [user_revision()], today="2026-12-01")
     assert book.revision_of(NOVA).id == "user:2026-12-05-mine"
 
 
@@ -305,7 +306,7 @@ def test_a_file_put_in_the_directory_by_hand_works_the_same(user_path):
     user_prices.prices_dir().mkdir(parents=True)
     write(user_prices.prices_dir() / "2026-12-05-mine.json", REVISION)
     assert llm.get_model(f"claude-routed/{NOVA}").claude_model_id == NOVA
-    assert pricing.load_revision("user:2026-12-05-mine").model(NOVA).rates.input == 2000
+    assert price_book.load_revision("user:2026-12-05-mine").model(NOVA).rates.input == 2000
 
 
 def test_a_price_file_whose_name_is_not_its_revision_id_is_not_read(user_path, capsys):
@@ -360,7 +361,7 @@ def test_a_settled_attempts_revision_is_gone_once_removed(user_path, tmp_path):
     assert accounts_cli("prices", "add", str(write(tmp_path / "a.json", REVISION))).exit_code == 0
     assert accounts_cli("prices", "remove", "user:2026-12-05-mine").exit_code == 0
     with pytest.raises(AccountsError) as caught:
-        pricing.load_revision("user:2026-12-05-mine")
+        price_book.load_revision("user:2026-12-05-mine")
     assert caught.value.code == "unsupported_pricing"
 
 
@@ -488,7 +489,7 @@ def test_prices_add_refuses_a_run_of_a_declared_key_in_any_string_it_would_copy(
 
 
 def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_path, tmp_path):
-    from llm_accounts import cache_savings
+    from llm_accounts.pricing import cache_savings
     from llm_accounts.provider import rules as provider_usage
 
     usage = {"input_tokens": 1000, "output_tokens": 100, "cache_read_input_tokens": 10}
@@ -505,22 +506,22 @@ def test_settling_from_the_provider_reads_the_users_revision_as_it_is_now(user_p
 
 
 def test_a_quote_through_the_book_records_the_revision_whose_price_is_in_force():
-    from llm_accounts.payload import freeze
+    from llm_accounts.wire.payload import freeze
 
     override = haiku_override("2026-12-05", True)
-    book = price_book.build(pricing.current_revision(), [override, user_revision()])
+    book = price_book.build(prices.current_revision(), [override, user_revision()])
     for model, expected in ((HAIKU, override.id), (NOVA, "user:2026-12-05-mine"), ("claude-opus-4-6", "anthropic-2026-11-29")):
         body = freeze({"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
-        assert pricing.quote(body, book).price_revision == expected
-        assert pricing.quote(body, book.revision_for_body(body)).price_revision == expected
+        assert prices.quote(body, book).price_revision == expected
+        assert prices.quote(body, book.revision_for_body(body)).price_revision == expected
 
 
 def test_an_unpriced_model_is_refused_with_the_way_to_price_it(user_path):
-    from llm_accounts.payload import freeze
+    from llm_accounts.wire.payload import freeze
 
     body = freeze({"model": NOVA, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
     with pytest.raises(AccountsError) as caught:
-        pricing.quote(body, price_book.current())
+        prices.quote(body, price_book.current())
     assert caught.value.code == "unsupported_pricing"
     assert "or give its prices with 'llm accounts prices add FILE'" in caught.value.message
 
@@ -552,7 +553,7 @@ def test_an_override_dated_after_today_does_not_price_prompts_yet(nova_account, 
     _haiku_override_in(user_path, "2026-12-05")
     assert llm.get_model("claude-routed/claude-haiku-4-5").prompt("Hello").text()
     [row] = attempts(ledger_path)
-    assert row["price_revision"] == pricing.current_revision().id
+    assert row["price_revision"] == prices.current_revision().id
     [unused] = [entry for entry in price_book.current().entries if entry.revision.is_user]
     assert not unused.in_force and "applies from 2026-12-05" in unused.note
 

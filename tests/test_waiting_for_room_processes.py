@@ -18,7 +18,7 @@ from conftest import needs_faketime, under_faketime
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger, NotSent, Scope
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 from routed_helpers import llm_cli
 
 # llm's logs.db migrations race between processes starting together on a new directory: every

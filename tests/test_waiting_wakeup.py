@@ -16,7 +16,7 @@ from llm_accounts import room
 from llm_accounts.declarations import Account, save_accounts_file
 from llm_accounts.ledger import Ledger, NotSent, Scope, wakeup
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 ROUTED = "claude-routed"  # its default ceiling is $8.712 (docs/pricing.md)
 
@@ -256,7 +256,7 @@ def test_an_admitted_prompt_stops_waiting_at_once_so_the_wake_up_passes_on(user_
 
     import llm
 
-    from llm_accounts.pricing import quote
+    from llm_accounts.pricing.prices import quote
     from llm_accounts.standin import StandIn
 
     key = "sk-ant-api03-" + "b" * 93 + "AA"

@@ -8,18 +8,19 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from llm_accounts import clock, pricing
+from llm_accounts import clock
 from llm_accounts.cli import accounts
 from llm_accounts.declarations import Account, load_declaration
 from llm_accounts.ledger import Complete, Ledger, Refused, Scope
+from llm_accounts.pricing import prices
 from llm_accounts.money import NANO
-from llm_accounts.pricing import Quote
+from llm_accounts.pricing.prices import Quote
 
 UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
 MODEL = "claude-sonnet-4-5-20250929"
 CERT = "c" * 64
-REVISION = pricing.current_revision()
+REVISION = prices.current_revision()
 RATES = REVISION.model(MODEL).rates
 LONG_THRESHOLD, LONG_RATES = REVISION.model(MODEL).long_context
 

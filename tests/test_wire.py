@@ -1,6 +1,6 @@
 import json
 
-from llm_accounts.wire import MessageAssembler, SSEDecoder
+from llm_accounts.wire.sse import MessageAssembler, SSEDecoder
 
 # The shape of a real 2026 stream (reference/anthropic-api.md 3.4), with its space padding.
 RECORDED = """event: message_start

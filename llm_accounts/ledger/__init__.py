@@ -9,6 +9,8 @@ live in this package once, one module per concern, each small enough to read in 
 - ``admission``: reserve, verdicts, selection, waiting for room, bindings; ``recheck``: the
   admission's write, re-checking the chosen account's limits under its lock;
 - ``settlement``: what an outcome writes (cost, health, warm prefixes, cache savings);
+  ``replay``: the same on PostgreSQL, holding the account's lock for server time only;
+- ``wakeup``: waking the prompts that wait for room when a write frees some;
 - ``corrections``: reconcile, adjust, rebind, block, unblock, removed accounts;
 - ``reports``: status, the ladder, spend, attempts, audit, budget warnings (no write lock, but
   claiming a warning);

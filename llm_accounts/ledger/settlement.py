@@ -13,8 +13,9 @@ import datetime as dt
 import json
 import logging
 
-from .. import cache_savings, clock, health, pricing, selection
+from .. import clock, health, selection
 from ..errors import AccountsError
+from ..pricing import cache_savings, prices
 from ..money import INT64_MAX
 from ..records import CALLER_OUTCOMES, Complete, NotSent, Unknown, billed_tokens, clean_usage, tokens
 from . import core, reads, writes
@@ -153,7 +154,7 @@ def _contradicts_count(row, evidence):
         counts = json.loads(row["counted_json"])
     except ValueError:
         return True
-    return pricing.contradicts(counts, evidence.usage)
+    return prices.contradicts(counts, evidence.usage)
 
 
 def _settle_complete(conn, row, evidence, h, hh, cert, hour_after_key, server_tools, ts, now, beyond_bounds=False):

@@ -5,6 +5,8 @@
   (``/v1/organizations/analytics/usage`` and ``/cost``) first, the legacy usage and cost reports
   as the fallback, and the list of API key ids. Paging, bounds and the untrusted-string rules live
   here and nowhere else.
+- ``report``: a report's rows parsed into what the rules can trust, one parser per documented
+  shape.
 - ``rules``: the pure matching rules. Given the ledger's attempts and a report's rows, which open
   attempts the report *proves* the cost of (alone, or as a group), and why every other one stays
   open. No I/O, no clock.

@@ -24,10 +24,12 @@ import math
 import re
 from fractions import Fraction
 
-from .. import clock, keys, pricing, transport
+from .. import clock, keys
+from ..errors import AccountsError
+from ..pricing import prices
+from ..wire import transport
 from . import client as admin_api, report
 from .settle import key_id_for, report_api
-from ..errors import AccountsError
 
 UTC = dt.timezone.utc
 DAY = dt.timedelta(days=1)
@@ -242,9 +244,9 @@ def price_usage(row, revision):
     "Settlement cost")."""
     price = revision.model(row.model)
     fee = revision.server_tool_fees.get("web_search_requests")
-    if price is None or row.speed not in pricing.STANDARD_SPEEDS or (row.usage.web_search and fee is None):
+    if price is None or row.speed not in prices.STANDARD_SPEEDS or (row.usage.web_search and fee is None):
         return None
-    geo = pricing.geo_multiplier(price, row.inference_geo)
+    geo = prices.geo_multiplier(price, row.inference_geo)
     if geo is None:
         return None
     rates, usage = price.rates, row.usage
@@ -392,10 +394,10 @@ def _us_surcharge(rows, revision):
     1.0x (``pricing.geo_multiplier`` of its model); None when a row's model or geo is not priced."""
     out = Fraction(0)
     for row in rows:
-        if row.cost_type != "tokens" or row.inference_geo in pricing.STANDARD_INFERENCE_GEOS:
+        if row.cost_type != "tokens" or row.inference_geo in prices.STANDARD_INFERENCE_GEOS:
             continue
         price = revision.model(row.model)
-        multiplier = None if price is None else pricing.geo_multiplier(price, row.inference_geo)
+        multiplier = None if price is None else prices.geo_multiplier(price, row.inference_geo)
         if multiplier is None:
             return None
         out += row.amount - row.amount / multiplier
@@ -499,7 +501,7 @@ def audit_from_provider(declaration, ledger, names=None, *, days=7, now=None, ba
     now = now or clock.now()
     base = base or transport.base_url()
     api = report_api()
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     last = now.astimezone(UTC).date()
     day_list = [(last - dt.timedelta(days=n)).isoformat() for n in range(days - 1, -1, -1)]
     start = dt.datetime.combine(last - dt.timedelta(days=days - 1), dt.time(), UTC)

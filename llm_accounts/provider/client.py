@@ -18,8 +18,8 @@ import datetime as dt
 import json
 import re
 
-from .. import scrub, transport
 from ..errors import AccountsError
+from ..wire import scrub, transport
 
 ANALYTICS_USAGE_PATH = "/v1/organizations/analytics/usage"
 ANALYTICS_COST_PATH = "/v1/organizations/analytics/cost"

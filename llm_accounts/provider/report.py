@@ -17,7 +17,7 @@ only to compare with the declared ones.
 import dataclasses
 import datetime as dt
 
-from .. import pricing
+from ..pricing import prices
 from .client import parse_time
 from .rules import MINUTE, UTC, Usage, minute_of
 
@@ -106,7 +106,7 @@ def _minutes(start, end):
 
 def analytics(read, revision=None):
     """A ``Report`` from a ``client.Read`` of the Analytics API."""
-    revision = revision or pricing.current_revision()
+    revision = revision or prices.current_revision()
     rows, unreadable = [], set()
     covered = _minutes(read.start, read.end)
     for item in read.items:
@@ -132,7 +132,7 @@ def analytics(read, revision=None):
 
 def legacy(read, revision=None):
     """A ``Report`` from a ``client.Read`` of the legacy usage report (no request counts)."""
-    revision = revision or pricing.current_revision()
+    revision = revision or prices.current_revision()
     rows, covered, unreadable = [], set(), set()
     for bucket in read.items:
         minute, results = _minute(bucket), bucket.get("results")

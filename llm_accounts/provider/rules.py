@@ -50,7 +50,7 @@ import dataclasses
 import datetime as dt
 import json
 
-from .. import pricing
+from ..pricing import price_book, prices
 from ..money import usd_fine
 
 UTC = dt.timezone.utc
@@ -185,7 +185,7 @@ class Attempt:
     @classmethod
     def from_row(cls, row, revision=None):
         model = row.get("served_model") or row["requested_model"]
-        priced = (revision or pricing.current_revision()).model(model)
+        priced = (revision or prices.current_revision()).model(model)
         usage = None
         if row["state"] == "settled" and (row.get("outcome") == "complete" or _from_report(row.get("usage_json"))):
             usage = usage_from_ledger(row.get("usage_json"))
@@ -423,7 +423,7 @@ def _decide_span(first, last, span, model, report, key_id, dedicated, now, price
 def price_with_revision(usage, model, revision_id):
     """``pricing.settlement_cost`` at the attempt's own price revision (None if it is unknown)."""
     revision = _revision(revision_id)
-    return None if revision is None else pricing.settlement_cost(usage, model, None, revision)
+    return None if revision is None else prices.settlement_cost(usage, model, None, revision)
 
 
 def single_tier(model, revision_id, input_tokens):
@@ -437,6 +437,6 @@ def single_tier(model, revision_id, input_tokens):
 def _revision(revision_id):
     # Not cached here: pricing caches a shipped revision, user_prices a user's until its file changes.
     try:
-        return pricing.load_revision(revision_id) if revision_id else pricing.current_revision()
+        return price_book.load_revision(revision_id) if revision_id else prices.current_revision()
     except Exception:  # a revision this version does not ship: the attempt stays open (unpriced)
         return None

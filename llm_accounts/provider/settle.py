@@ -30,11 +30,13 @@ import pathlib
 import threading
 import uuid
 
-from .. import clock, keys, pricing, scrub, transport
-from . import client as admin_api, report, rules as provider_usage
+from .. import clock, keys
 from ..catalog import _locked  # the same flock helper the model-list refresh uses
 from ..errors import AccountsError
 from ..paths import FileProblem, read_limited, user_dir, write_private_json
+from ..pricing import prices
+from ..wire import scrub, transport
+from . import client as admin_api, report, rules as provider_usage
 
 log = logging.getLogger("llm_accounts.provider")
 
@@ -189,7 +191,7 @@ def settle_organization(admin_key_env, accounts, declaration, ledger, http, *, b
     the rules per account. ``due(row)``: whether an open attempt is read this time (the automatic
     pass backs off attempts the report keeps finding nothing for). Returns ``AccountResult``s."""
     now = now or clock.now()
-    revision = pricing.current_revision()
+    revision = prices.current_revision()
     results = {account.name: AccountResult(account.name) for account in accounts}
     try:
         ledger.abandoned()  # a gone process's attempt gets its outcome (docs/architecture.md "A process that is gone")

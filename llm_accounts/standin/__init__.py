@@ -72,6 +72,12 @@ An entry is logged before the response's first byte, so it is there when a clien
 
 Usage comes from a fake tokenizer (``tokens``) and a per-organization prompt cache (``cache``);
 replies are deterministic (``replies``); the model table is the stand-in's own (``models``).
+
+The modules: ``server`` (sockets, HTTP/1.1, routing), ``validation`` (the request checks),
+``config`` (keys and behaviours) and ``demo`` (the built-in config), ``replies`` and
+``server_tools`` (what an answer holds, from the content ``blocks`` both build), ``wire`` (the
+bytes of errors, messages and SSE events), ``tokens``, ``cache``, ``models``, and the Admin API's
+``reports`` and ``analytics``.
 """
 
 from .config import BEHAVIOURS, ConfigError, load_config, validate_config

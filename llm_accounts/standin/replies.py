@@ -25,19 +25,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from .blocks import Block, pieces
+from .server_tools import cite, plan_uses
 from .tokens import json_tokens, text_tokens
 
 QUOTE_CHARS = 200
-# Delta sizes in characters, cycled: irregular on purpose, like real streams, so a client's
-# delta handling (and key scrubbing) is tested at awkward boundaries.
-PIECE_SIZES = (5, 1, 9, 3, 12, 2, 7)
-
-
-@dataclass
-class Block:
-    final: dict  # the block as in a non-streamed message's content
-    start: dict  # the content_block of content_block_start
-    deltas: list  # the deltas of content_block_delta, in order
 
 
 @dataclass
@@ -57,16 +49,6 @@ def _text_block(text):
         {"type": "text", "text": ""},
         [{"type": "text_delta", "text": part} for part in pieces(text)],
     )
-
-
-def pieces(text, sizes=PIECE_SIZES):
-    out, position, turn = [], 0, 0
-    while position < len(text):
-        size = sizes[turn % len(sizes)]
-        out.append(text[position : position + size])
-        position += size
-        turn += 1
-    return out
 
 
 def fit(text, tokens):
@@ -166,8 +148,6 @@ def plan_reply(body, new_id, echo=None, refuse=False, shapes=(), extra_uses=0):
     ``refuse`` answers as a safety classifier that declines: no content, ``stop_reason: refusal``;
     ``shapes`` are the key's answer shapes (module docstring); ``extra_uses`` reports that many
     server-tool uses more than ran."""
-    from .server_tools import cite, plan_uses
-
     if refuse:
         return Reply([], "refusal", None, 1, dict(REFUSAL_DETAILS))
     messages = body["messages"]

@@ -710,7 +710,7 @@ class _Exchange:
         return [beta.strip() for beta in self.headers.get("anthropic-beta", "").split(",") if beta.strip()]
 
     def _revision(self):
-        from ..pricing import current_revision
+        from ..pricing.prices import current_revision
 
         return self.standin.revision or current_revision()
 

@@ -18,7 +18,7 @@ import base64
 import hashlib
 import json
 
-from .replies import Block, pieces
+from .blocks import Block, pieces
 from .tokens import json_tokens
 
 COUNTS = {"web_search": "web_search_requests", "web_fetch": "web_fetch_requests"}

@@ -10,8 +10,8 @@ from llm.models import ServerSideTool
 from llm.parts import AttachmentPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 from . import structured
-from .capabilities import for_model
-from .errors import AccountsError
+from ..capabilities import for_model
+from ..errors import AccountsError
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_THINKING_BUDGET = 1024

@@ -10,15 +10,15 @@ model's window alone fits, else a model whose ceiling at its default ``max_token
 
 import os
 
-from .capabilities import for_price
-from .ladder import quote_for
-from .money import usd_fine
+from ..capabilities import for_price
+from ..ladder import quote_for
+from ..money import usd_fine
 
 
 def default_model():
     """The model plain ``claude-routed`` sends to (``LLM_ACCOUNTS_MODEL``, else the shipped default)."""
-    from . import DEFAULT_MODEL_ENV
-    from .models import DEFAULT_MODEL
+    from .. import DEFAULT_MODEL_ENV
+    from ..models import DEFAULT_MODEL
 
     return os.environ.get(DEFAULT_MODEL_ENV) or DEFAULT_MODEL
 

@@ -27,7 +27,7 @@ import zlib
 import httpx
 
 from . import classify
-from .errors import AccountsError
+from ..errors import AccountsError
 from .payload import ANTHROPIC_VERSION
 
 BASE_URL_ENV = "LLM_ACCOUNTS_BASE_URL"

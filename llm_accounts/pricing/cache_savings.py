@@ -8,16 +8,16 @@ already in the attempt's cost, so it is not netted here. Integer nanodollars, ro
 
 import math
 
-from . import pricing
-from .errors import AccountsError
-from .records import tokens
+from . import price_book
+from ..errors import AccountsError
+from ..records import tokens
 
 
 def _revision(revision_id):
     # Not cached here: a shipped revision is cached by pricing, and a user's is read again when
     # its file changes (user_prices), so a corrected or removed one is never priced from a copy.
     try:
-        return pricing.load_revision(revision_id)
+        return price_book.load_revision(revision_id)
     except (AccountsError, ValueError, OSError):
         return None
 

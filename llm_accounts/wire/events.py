@@ -1,7 +1,7 @@
 """Messages API responses as llm StreamEvents, scrubbed of the attempt's key before anyone sees them.
 
 ``StreamReader`` turns the lines of an SSE body into StreamEvents while assembling the final
-message (usage merged by replacement, see ``wire``); ``message_events`` does the same for a whole
+message (usage merged by replacement, see ``sse``); ``message_events`` does the same for a whole
 non-streamed message. Both mask the key first (docs/security.md "Scrubbing").
 """
 
@@ -9,8 +9,8 @@ import json
 
 from llm.parts import StreamEvent
 
-from . import classify, payload, scrub, wire
-from .wire import Malformed, MessageAssembler, SSEDecoder
+from . import classify, payload, scrub, sse
+from .sse import Malformed, MessageAssembler, SSEDecoder
 
 
 class Projector:
@@ -71,12 +71,12 @@ class Projector:
             btype = block.get("type")
             self.schema_answer = btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL
             self.server_executed = btype == "server_tool_use"
-            if btype in wire.TOOL_BLOCKS:
+            if btype in sse.TOOL_BLOCKS:
                 self.tool = (self.scrubber.other(block.get("id", "")), self.scrubber.other(block.get("name", "")))
                 if not self.schema_answer:
                     self.tool_call_id = self.tool[0]
                     out.append(self._event("tool_call_name", self.tool[1], server_executed=self.server_executed))
-            elif isinstance(btype, str) and btype.endswith(wire.SERVER_RESULT_SUFFIX):
+            elif isinstance(btype, str) and btype.endswith(sse.SERVER_RESULT_SUFFIX):
                 clean = scrub.scrub_value(assembler.block(event["index"]), self.key)
                 assembler.replace_block(event["index"], clean)
                 out.append(tool_result_event(clean, self.index))
@@ -127,17 +127,17 @@ def tool_result_event(block, part_index):
         part_index=part_index,
         tool_call_id=tool_use_id if isinstance(tool_use_id, str) else None,
         server_executed=True,
-        tool_name=block["type"][: -len(wire.SERVER_RESULT_SUFFIX)],
+        tool_name=block["type"][: -len(sse.SERVER_RESULT_SUFFIX)],
     )
 
 
 def message_events(message, secret_text):
     """StreamEvents for a whole (non-streamed) message, from its scrubbed JSON.
 
-    A message that is not well formed yields none (``wire.message_problem``; the caller settles
+    A message that is not well formed yields none (``sse.message_problem``; the caller settles
     and reports it).
     """
-    if wire.message_problem(message) is not None:
+    if sse.message_problem(message) is not None:
         return []
     clean = scrub.scrub_json(message, secret_text) if secret_text else message
     events = []
@@ -161,7 +161,7 @@ def message_events(message, secret_text):
             )
         elif btype == "tool_use" and block.get("name") == payload.SCHEMA_TOOL:
             events.append(StreamEvent(type="text", chunk=json.dumps(block.get("input") or {}), part_index=index))
-        elif btype in wire.TOOL_BLOCKS:
+        elif btype in sse.TOOL_BLOCKS:
             server = btype == "server_tool_use"
             events.append(
                 StreamEvent(
@@ -177,7 +177,7 @@ def message_events(message, secret_text):
                     server_executed=server,
                 )
             )
-        elif isinstance(btype, str) and btype.endswith(wire.SERVER_RESULT_SUFFIX):
+        elif isinstance(btype, str) and btype.endswith(sse.SERVER_RESULT_SUFFIX):
             events.append(tool_result_event(block, index))
     return events
 

@@ -2,7 +2,7 @@
 (docs/pricing.md "Your own price revisions").
 
 ``llm accounts prices add FILE`` validates a file as strictly as the shipped revision
-(``pricing.parse_price_file``), holds it to what the shipped table says of the same models
+(``prices.parse_price_file``), holds it to what the shipped table says of the same models
 (``check_against_shipped``), checks that no string in it holds a run of a declared key, and
 copies it here whole or not at all; a file put here by hand is read the same way. A file that
 breaks a rule is not used, and each command that reads prices says so in one coded line; the
@@ -16,9 +16,9 @@ import pathlib
 import re
 import sys
 
-from . import pricing
-from .errors import AccountsError
-from .paths import FileProblem, read_limited, user_dir, write_private_bytes
+from . import prices
+from ..errors import AccountsError
+from ..paths import FileProblem, read_limited, user_dir, write_private_bytes
 
 SUBDIR = ("llm-accounts", "prices")
 SUFFIX = ".json"
@@ -37,7 +37,7 @@ def prices_dir():
 def shown_name(name):
     """A file name as it may be printed: one shaped like a revision id, else a description (a
     name is the user's text and could hold anything)."""
-    if _SHOWN_NAME.fullmatch(name) and not pricing.looks_like_key(name):
+    if _SHOWN_NAME.fullmatch(name) and not prices.looks_like_key(name):
         return name
     return "a file whose name is not <revision>.json"
 
@@ -46,7 +46,7 @@ def _problem(name, error):
     return AccountsError("declaration_invalid", f"price file {shown_name(name)} in {prices_dir()}: {error}")
 
 
-def _read_file(path, origin=pricing.USER):
+def _read_file(path, origin=prices.USER):
     """``(Revision, None)`` or ``(None, reason)`` for one file."""
     try:
         raw = read_limited(path)  # docs/security.md "Files read"
@@ -55,8 +55,8 @@ def _read_file(path, origin=pricing.USER):
     except FileProblem as error:
         return None, error.reason
     try:
-        revision = pricing.parse_price_file(raw, origin)
-        check_against_shipped(revision, pricing.current_revision())
+        revision = prices.parse_price_file(raw, origin)
+        check_against_shipped(revision, prices.current_revision())
     except ValueError as error:  # PriceFileError, or a field reader's own ValueError: both name paths
         return None, str(error)
     return revision, None
@@ -89,14 +89,14 @@ def check_against_shipped(revision, shipped):
         for field, name in named:
             folded = name.lower()
             if folded in own:
-                raise pricing.PriceFileError(
+                raise prices.PriceFileError(
                     f"{field}: differs only by case from {own[folded]}'s name; model names are matched ignoring case"
                 )
             own[folded] = where
             if folded in shipped_names:
                 exact, shipped_price = shipped_names[folded]
                 if exact != name:
-                    raise pricing.PriceFileError(
+                    raise prices.PriceFileError(
                         f"{field}: differs only by case from the shipped model name {exact}; model names are matched "
                         "against the shipped ones ignoring case, so use its exact spelling"
                     )
@@ -104,7 +104,7 @@ def check_against_shipped(revision, shipped):
         for shipped_price in replaced.values():
             for size, what in (("context_window", "context window"), ("max_output", "maximum output")):
                 if getattr(price, size) < getattr(shipped_price, size):
-                    raise pricing.PriceFileError(
+                    raise prices.PriceFileError(
                         f"{where}.{size}: must be at least the shipped revision's {what} for {shipped_price.id} "
                         f"({getattr(shipped_price, size):,} tokens); a ceiling prices the whole window and max_tokens "
                         "up to the maximum output, so a smaller figure would not bound what the model accepts"
@@ -114,9 +114,9 @@ def check_against_shipped(revision, shipped):
             if price.long_context is not None:
                 tiers.append(("long_context.rates", price.long_context[1]))
             for tier, rates in tiers:
-                for name in pricing.RATE_NAMES:
+                for name in prices.RATE_NAMES:
                     if getattr(rates, name) == 0:
-                        raise pricing.PriceFileError(
+                        raise prices.PriceFileError(
                             f'{where}.{tier}.{name}: must not be zero unless the model says "free": true '
                             "(it prices a free model on purpose)"
                         )
@@ -137,8 +137,8 @@ def shipped_replacements(revision, shipped):
                 olds[old.id] = old
         for old in olds.values():
             changes = [
-                f"{name} {pricing.per_mtok(getattr(old.rates, name))} -> {pricing.per_mtok(getattr(price.rates, name))}"
-                for name in pricing.RATE_NAMES
+                f"{name} {prices.per_mtok(getattr(old.rates, name))} -> {prices.per_mtok(getattr(price.rates, name))}"
+                for name in prices.RATE_NAMES
             ]
             line = (
                 f"{revision.id} replaces the shipped price of {old.id} ({shipped.id}) from {revision.applies_from}, "
@@ -148,7 +148,7 @@ def shipped_replacements(revision, shipped):
                 line += "; long-context tier " + (
                     "dropped" if price.long_context is None
                     else f"above {price.long_context[0]:,} input tokens: "
-                    + ", ".join(f"{name} {pricing.per_mtok(getattr(price.long_context[1], name))}" for name in pricing.RATE_NAMES)
+                    + ", ".join(f"{name} {prices.per_mtok(getattr(price.long_context[1], name))}" for name in prices.RATE_NAMES)
                 )
             lines.append(line)
     return lines
@@ -178,7 +178,7 @@ def load_user_revisions(directory=None):
             revision, reason = _read[signature]
         else:
             revision, reason = _read_file(path)
-            if reason is None and revision.id != pricing.USER_PREFIX + name[: -len(SUFFIX)]:
+            if reason is None and revision.id != prices.USER_PREFIX + name[: -len(SUFFIX)]:
                 revision, reason = None, "its name must be its revision id followed by .json"
             if signature is not None:
                 _read[signature] = (revision, reason)
@@ -195,8 +195,8 @@ def load_user_revisions(directory=None):
 
 def load_user_revision(revision_id):
     """The user revision ``user:<revision>``, to settle an attempt it priced."""
-    name = revision_id[len(pricing.USER_PREFIX):]
-    if not pricing.REVISION_ID.fullmatch(name):
+    name = revision_id[len(prices.USER_PREFIX):]
+    if not prices.REVISION_ID.fullmatch(name):
         raise AccountsError("unsupported_pricing", "price revision id is not a valid revision id")
     for revision in load_user_revisions()[0]:
         if revision.id == revision_id:
@@ -253,7 +253,7 @@ def _file_strings(path):
 
 def strings(revision):
     """``(field path, text)`` for every string of a revision that is shown or stored."""
-    yield "revision", revision.id[len(pricing.USER_PREFIX):] if revision.is_user else revision.id
+    yield "revision", revision.id[len(prices.USER_PREFIX):] if revision.is_user else revision.id
     for index, text in enumerate(revision.sources):
         yield f"sources[{index}]", text
     for index, text in enumerate(revision.notes):
@@ -270,14 +270,14 @@ def add(path, revision, replace=False):
     ``<revision>.json``, whole or not at all; returns the destination."""
     try:
         raw = read_limited(path)
-        same = pricing.parse_price_file(raw, pricing.USER) == revision
+        same = prices.parse_price_file(raw, prices.USER) == revision
     except (OSError, FileProblem, ValueError):
         same = False
     if not same:
         raise AccountsError("declaration_invalid", "FILE: it changed while it was read; nothing was added")
     directory = prices_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    destination = directory / (revision.id[len(pricing.USER_PREFIX):] + SUFFIX)
+    destination = directory / (revision.id[len(prices.USER_PREFIX):] + SUFFIX)
     if destination.exists() and not replace:
         raise AccountsError(
             "declaration_invalid",
@@ -288,8 +288,8 @@ def add(path, revision, replace=False):
 
 def remove(revision_id):
     """Delete the user revision ``revision_id`` (with or without ``user:``); returns its path."""
-    name = revision_id[len(pricing.USER_PREFIX):] if revision_id.startswith(pricing.USER_PREFIX) else revision_id
-    if not pricing.REVISION_ID.fullmatch(name) or pricing.looks_like_key(name):
+    name = revision_id[len(prices.USER_PREFIX):] if revision_id.startswith(prices.USER_PREFIX) else revision_id
+    if not prices.REVISION_ID.fullmatch(name) or prices.looks_like_key(name):
         # The argument is not repeated: a key pasted as ID must not be echoed.
         raise AccountsError("not_found", "ID: not a price revision id (see llm accounts prices)")
     path = prices_dir() / (name + SUFFIX)

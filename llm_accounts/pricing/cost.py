@@ -8,7 +8,7 @@ ceiling (or the smaller hold ``held_nusd`` its counted input left), never counte
 import inspect
 from dataclasses import dataclass
 
-from .money import usd_fine
+from ..money import usd_fine
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ import copy
 import json
 import re
 
+from ..money import INT64_MAX
 from . import classify
-from .money import INT64_MAX
 
 USAGE_REPLACED_WHEN_PRESENT = (
     "input_tokens",

@@ -19,15 +19,15 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
-from . import pricing
+from . import prices
 
 
 @dataclass(frozen=True)
 class Entry:
     """A model of one revision, and whether its price is the one in force."""
 
-    price: pricing.ModelPrice
-    revision: pricing.Revision
+    price: prices.ModelPrice
+    revision: prices.Revision
     in_force: bool
     note: str = ""  # why not in force, or what it replaces
     # Names of the models it replaced that its own price does not list: they resolve to it too
@@ -122,8 +122,18 @@ def build(shipped, user_revisions, problems=(), today=None):
 
 def current():
     """The book in force now: the newest shipped revision and the user's price files."""
-    from . import clock
+    from .. import clock
     from .user_prices import load_user_revisions
 
     revisions, problems = load_user_revisions()
-    return build(pricing.current_revision(), revisions, problems, today=clock.utc_day(clock.now()))
+    return build(prices.current_revision(), revisions, problems, today=clock.utc_day(clock.now()))
+
+
+def load_revision(revision_id):
+    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
+    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
+    if isinstance(revision_id, str) and revision_id.startswith(prices.USER_PREFIX):
+        from .user_prices import load_user_revision  # as in current(): reads the llm user dir
+
+        return load_user_revision(revision_id)
+    return prices.load_revision(revision_id)

@@ -25,8 +25,8 @@ from functools import lru_cache
 from importlib import resources
 
 from . import tool_bounds
-from .errors import AccountsError
-from .paths import FileProblem, read_limited
+from ..errors import AccountsError
+from ..paths import FileProblem, read_limited
 
 STATUSES = ("active", "deprecated", "retired")
 RATE_NAMES = ("input", "write_5m", "write_1h", "cache_read", "output")
@@ -323,7 +323,7 @@ def _text(value, where, limit=MAX_TEXT_CHARS):
 
 
 def looks_like_key(text):
-    from .scrub import PUBLIC_PREFIX
+    from ..wire.scrub import PUBLIC_PREFIX
 
     return PUBLIC_PREFIX in text.lower()
 
@@ -510,7 +510,8 @@ def _no_constant(name):
 
 
 def _price_files():
-    return resources.files(__package__).joinpath("prices")
+    # The shipped revisions stay in llm_accounts/prices/ (package data, pyproject.toml).
+    return resources.files("llm_accounts").joinpath("prices")
 
 
 def shipped_revision_ids():
@@ -523,12 +524,9 @@ def shipped_revision_ids():
 
 
 def load_revision(revision_id):
-    """A revision by id, kept so an attempt quoted under it can still be settled (docs/pricing.md
-    "The price revision"): a shipped one, or ``user:<revision>`` from the user's price files."""
-    if isinstance(revision_id, str) and revision_id.startswith(USER_PREFIX):
-        from .user_prices import load_user_revision
-
-        return load_user_revision(revision_id)
+    """A shipped revision by id (docs/pricing.md "The price revision"). A ``user:<revision>`` is
+    read by ``price_book.load_revision``, which reads either kind: the user's files are read with
+    this module's reader, so this module does not import theirs."""
     return _load_shipped(revision_id)
 
 

@@ -23,7 +23,7 @@ Pure logic: the request and the revision's fees in, bounds or a refusal out.
 
 from dataclasses import dataclass
 
-from .errors import AccountsError
+from ..errors import AccountsError
 
 # "The default limit is 10 iterations per request" (Handling stop reasons, pause_turn).
 ITERATIONS = 10
