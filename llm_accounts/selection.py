@@ -380,12 +380,12 @@ def period_conflict(account, facts, others, now):
         # is in docs/errors.md "Budget and key fixed for a credit period".
         if facts.budget_nusd != account.budget_nusd:
             return (
-                f"account '{name}''s budget is fixed at {money(facts.budget_nusd)} for credit period {month}: "
+                f"account '{name}''s budget is fixed at {money(facts.budget_nusd)} until {ends}: "
                 f"llm accounts set {name} --budget {_usd_argument(facts.budget_nusd)}"
             )
         return (
-            f"account '{name}''s key_env is fixed to {facts.month_key_env} for credit period {month}; "
-            f"declare that key_env for it again until {ends}"
+            f"account '{name}''s key_env is fixed to {facts.month_key_env} until {ends}; "
+            f"declare that key_env for it again until then"
         )
     holder = next(
         (
@@ -398,7 +398,7 @@ def period_conflict(account, facts, others, now):
     if holder is None:
         return None
     return (
-        f"key_env {account.key_env} holds '{holder}''s budget for {month} (one budget a key); use "
+        f"key_env {account.key_env} holds '{holder}''s budget until {ends}; use "
         f"'{holder}' or give '{name}' its own key"
     )
 

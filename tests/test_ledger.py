@@ -300,7 +300,7 @@ def test_the_first_attempt_of_a_month_fixes_its_budget(ledger, work):
         ledger.reserve(conv("c1"), "a2", quote(1), [raised], now=T0)
     assert caught.value.code == "account_config_conflict"
     # The fixed figure, and the command that declares it again.
-    assert caught.value.message.endswith("budget is fixed at $1.00 for credit period 2026-11: llm accounts set work --budget 1.00")
+    assert caught.value.message.endswith("budget is fixed at $1.00 until 2026-11-30 00:00 UTC: llm accounts set work --budget 1.00")
 
 
 def test_a_changed_key_env_in_the_same_month_is_a_config_conflict(ledger, work):
