@@ -3,8 +3,9 @@
 
     .venv/bin/python bench/daily.py [--delay 0.5] [--postgres start|none|URL] [--wait SECONDS]
 
-Every attempt reserves its model's whole ceiling ($8.712 for plain ``claude-routed``), so a few
-prompts in flight fill a small budget though almost nothing is spent. Each scenario runs on a
+Every attempt reserves its model's whole ceiling until its answer starts ($3.828 for plain
+``claude-routed``; the figures in parentheses below were measured at $7.92), so a few prompts in
+flight fill a small budget though almost nothing is spent. Each scenario runs on a
 fresh llm user directory, ledger and loopback stand-in (``llm_accounts.standin``, every answer
 slowed by ``--delay`` seconds before its headers and between its events, so prompts overlap),
 with no option: the default wait bound (``llm_accounts.room.DEFAULT_WAIT_S``) unless ``--wait``.

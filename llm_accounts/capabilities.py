@@ -5,7 +5,10 @@ default ``max_tokens``, thinking modes, effort, native structured output and mid
 system messages. A model llm-anthropic has no entry for gets its newest-model defaults with the
 64,000 ``max_tokens`` it gives a model whose limit it does not know.
 
-The default ``max_tokens`` is also the price ceiling's output term (docs/pricing.md "Ceiling").
+One difference is deliberate: a prompt that does not set ``max_tokens`` asks for at most
+``ROUTED_MAX_TOKENS`` (``routed_max_tokens``), not llm-anthropic's default for the model, since
+``max_tokens`` is the output term of the price ceiling and of every hold once an answer has started
+(docs/prompting.md "max_tokens").
 """
 
 import dataclasses
@@ -58,6 +61,20 @@ BY_MODEL = {
     "claude-opus-5-5": _ALWAYS_THINKS,
     "claude-sonnet-5-5": _ALWAYS_THINKS,
 }
+
+
+# What a prompt that does not set max_tokens asks for, at most (docs/prompting.md "max_tokens"):
+# about 24,000 words of answer. llm-anthropic's 128,000 on the newest models would make every
+# answer in flight hold $2.11 on Sonnet 4.6 until it ends, since nothing before the end bounds
+# its output below max_tokens; at 32,000 it holds $0.53, so two $20 accounts carry a batch of a
+# hundred prompts at llm-anthropic's pace and four interrupted prompts hold about $2.
+ROUTED_MAX_TOKENS = 32_000
+
+
+def routed_max_tokens(capabilities, thinking_budget=None):
+    """The ``max_tokens`` a prompt that sets none sends: ``ROUTED_MAX_TOKENS`` plus any thinking
+    budget it asks for, never above llm-anthropic's default for the model."""
+    return min(capabilities.default_max_tokens, ROUTED_MAX_TOKENS + (thinking_budget or 0))
 
 
 def for_model(model_id):

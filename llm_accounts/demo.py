@@ -25,7 +25,7 @@ from .money import usd_fine
 from .paths import write_private_json
 
 # name, key_env, monthly budget
-DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.50"))
+DEMO_ACCOUNTS = (("alpha", "DEMO_ALPHA_KEY", "20.00"), ("beta", "DEMO_BETA_KEY", "30.00"), ("tiny", "DEMO_TINY_KEY", "0.30"))
 DEMO_MODEL = "claude-routed/claude-haiku-4-5"
 KEPT_PORT = 8765  # where --keep suggests serving the demo's keys again
 
@@ -214,8 +214,8 @@ def _story(demo, standin, keys, llm_cmd="llm", note=None):
     demo.run("-m", DEMO_MODEL, "List five birds that can swim")
     demo.run("logs", "-n", "1", "--json", output=_routing)
 
-    say("The tiny account's $0.50 budget is below this model's $0.52 ceiling at its default max_tokens")
-    say("(64,000), so a conversation pinned to it is refused before anything is sent, in one line:")
+    say("The tiny account's $0.30 budget is below this model's $0.36 ceiling at its default max_tokens")
+    say("(32,000), so a conversation pinned to it is refused before anything is sent, in one line:")
     demo.run("-m", DEMO_MODEL, "-o", "account", "tiny", "Hello", expect_failure=True)
     say("A lower -o max_tokens lowers the ceiling until it fits:")
     demo.run("-m", DEMO_MODEL, "-o", "account", "tiny", "-o", "max_tokens", "1000", "Hello")

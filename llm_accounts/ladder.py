@@ -32,7 +32,7 @@ class Rung:
 def quote_for(model_id, revision=None, max_tokens=None):
     """The quote of a prompt on ``model_id`` (at the model's default max_tokens unless given):
     its ceiling depends only on the model and max_tokens, so any text gives the same one."""
-    from .capabilities import for_price
+    from .capabilities import for_price, routed_max_tokens
     from .pricing import prices
     from .wire.payload import freeze
 
@@ -46,7 +46,7 @@ def quote_for(model_id, revision=None, max_tokens=None):
         )
     body = {
         "model": model.id,
-        "max_tokens": max_tokens or for_price(model).default_max_tokens,
+        "max_tokens": max_tokens or routed_max_tokens(for_price(model)),
         "messages": [{"role": "user", "content": "ladder"}],
     }
     return prices.quote(freeze(body), revision)

@@ -16,7 +16,7 @@ import llm
 from llm.parts import StreamEvent
 
 from . import counting, notices, room
-from .capabilities import for_model, for_price
+from .capabilities import for_model, for_price, routed_max_tokens
 from .errors import AccountsError
 from .ledger import run_async, settle_async
 from .options import RoutedOptions, check_prompt, not_utf8, options_for
@@ -169,6 +169,8 @@ class _Shared:
         if isinstance(served, str) and call.revision_knows(served):
             # Only a model the price revision names: never provider text of another shape.
             response.set_resolved_model(served)
+        if message.get("stop_reason") == "max_tokens" and response.prompt.options.max_tokens is None:
+            _stopped_at_default(self.capabilities, response.prompt.options)
         if message.get("stop_reason") == "refusal":
             return refusal(message, secret_text, attempt)
         return None
@@ -337,6 +339,17 @@ def _after_delivery(attempt, error):
 
 def _warn(error):
     notices.say(f"Warning: {error}")
+
+
+def _stopped_at_default(capabilities, options):
+    """An answer cut at claude-routed's own default max_tokens, which is below llm-anthropic's for
+    the model, says so once, with the option that lets it run longer (docs/prompting.md "max_tokens")."""
+    sent = routed_max_tokens(capabilities, options.thinking_budget)
+    if sent < capabilities.default_max_tokens:
+        notices.say(
+            f"Note: the answer stopped at claude-routed's default max_tokens of {sent:,}; "
+            f"-o max_tokens {capabilities.default_max_tokens} lets it run longer"
+        )
 
 
 LEDGER_CODES = frozenset({"ledger_busy", "ledger_unavailable", "settlement_conflict", "duplicate_attempt"})

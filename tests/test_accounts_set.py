@@ -209,7 +209,7 @@ def test_set_warns_when_a_limit_it_sets_is_below_the_default_models_ceiling(user
     run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00")
     result = run("set", "work", "--daily-budget", "2.50")
     assert result.exit_code == 0, result.output
-    assert "Warning: account 'work': its daily budget of $2.50 is below the $5.412 ceiling" in result.stderr
+    assert "Warning: account 'work': its daily budget of $2.50 is below the $3.828 ceiling" in result.stderr
 
 
 def test_set_declares_an_admin_key_and_keeps_every_other_setting(shared, user_path):

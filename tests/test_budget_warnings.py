@@ -175,8 +175,8 @@ def test_status_check_exits_1_naming_why_when_no_account_can_take_a_default_prom
     assert result.exit_code == 1
     lines = [line for line in result.stderr.splitlines() if "cannot take a default prompt" in line]
     assert lines == [
-        "llm-accounts: check: account 'alpha' cannot take a default prompt (up to $5.412): blocked (manual)",
-        "llm-accounts: check: account 'beta' cannot take a default prompt (up to $5.412): budget spent",
+        "llm-accounts: check: account 'alpha' cannot take a default prompt (up to $3.828): blocked (manual)",
+        "llm-accounts: check: account 'beta' cannot take a default prompt (up to $3.828): budget spent",
     ]
 
 

@@ -972,8 +972,12 @@ async def test_failing_blocked_and_exhausted_accounts_are_marked_in_the_charts(d
 
 @pytest.fixture
 def opus_default(monkeypatch):
-    # Claude Opus 4.6 as the default model: its $9.02 ceiling is above alpha's $7.75 left today.
+    # Claude Opus 4.6 as the default model, at llm-anthropic's default max_tokens of 128,000: its
+    # $9.02 ceiling is above alpha's $7.75 left today (at claude-routed's 32,000 it is $6.38).
+    from llm_accounts import capabilities
+
     monkeypatch.setenv("LLM_ACCOUNTS_MODEL", "claude-opus-4-6")
+    monkeypatch.setattr(capabilities, "ROUTED_MAX_TOKENS", 128_000)
     from llm_accounts.ladder import quote_for
 
     return "claude-opus-4-6", usd_fine(quote_for("claude-opus-4-6").ceiling_nusd)

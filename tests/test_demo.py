@@ -61,7 +61,7 @@ def test_a_429_moves_a_new_conversation_and_llm_logs_shows_both_attempts(demo_ou
 
 def test_a_budget_refusal_is_one_line_and_a_lower_max_tokens_fits(demo_output):
     [line] = [l for l in demo_output.splitlines() if l.startswith("Error: budget_exhausted: account 'tiny'")]
-    assert "cannot take this prompt: its ceiling (up to $0.52)" in line
+    assert "cannot take this prompt: its ceiling (up to $0.36)" in line
     assert "-> account tiny: reserved $0.205" in demo_output
 
 

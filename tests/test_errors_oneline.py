@@ -254,10 +254,10 @@ def test_a_ceiling_that_fits_a_budget_whose_room_is_held_never_advises_a_smaller
 
 
 def test_a_ceiling_over_the_budget_of_every_account_that_could_take_it_advises_a_smaller_model(accounts, user_path):
-    save_accounts_file([Account("alpha", "ALPHA_KEY", 5 * NANO), Account("beta", "BETA_KEY", NANO)], None)
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 3 * NANO), Account("beta", "BETA_KEY", NANO)], None)
     line = one_line(llm_cli("-m", "claude-routed/claude-sonnet-4-6", "hello"))
     assert line == (
-        "Error: budget_exhausted: no account can take this prompt: its ceiling (up to $5.412) prices the model's "
+        "Error: budget_exhausted: no account can take this prompt: its ceiling (up to $3.828) prices the model's "
         "1,000,000-token window plus max_tokens, over every budget; try claude-routed/claude-haiku-4-5 (a smaller window) "
         "or raise the budget"
     )

@@ -9,7 +9,7 @@ client cap can never admit a plain ``claude-routed`` prompt, and name what fits:
 import pytest
 from click.testing import CliRunner
 
-from llm_accounts.capabilities import for_model
+from llm_accounts.capabilities import for_model, routed_max_tokens
 from llm_accounts.cli import accounts
 from llm_accounts.declarations import load_declaration
 from llm_accounts.ladder import quote_for
@@ -38,20 +38,20 @@ def test_add_warns_when_the_budget_is_below_the_default_models_ceiling_and_names
     assert result.exit_code == 0
     assert [account.name for account in load_declaration().accounts] == ["small"]  # added all the same
     assert warned(result) == [
-        "Warning: account 'small': its budget of $3.00 is below the $5.412 ceiling a plain claude-routed prompt "
-        "reserves (claude-sonnet-4-6 at its default max_tokens 128,000), so such a prompt is never admitted here; "
-        "claude-routed/claude-haiku-5-5 fits ($0.726 ceiling at its default max_tokens), or raise the budget"
+        "Warning: account 'small': its budget of $3.00 is below the $3.828 ceiling a plain claude-routed prompt "
+        "reserves (claude-sonnet-4-6 at its default max_tokens 32,000), so such a prompt is never admitted here; "
+        "claude-routed/claude-sonnet-5-5 fits ($2.552 ceiling at its default max_tokens), or raise the budget"
     ]
 
 
 def test_add_names_the_max_tokens_that_fits_when_the_window_alone_fits():
-    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "5.00")
+    result = run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00", "--daily-budget", "3.50")
     assert result.exit_code == 0
     [line] = warned(result)
     # The ceiling covers US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
-    assert "its daily budget of $5.00 is below the $5.412 ceiling" in line
-    assert line.endswith("; -o max_tokens 103030 or lower fits, or raise the daily budget")
-    assert quote_for(DEFAULT, max_tokens=103030).ceiling_nusd <= 5 * 10**9 < quote_for(DEFAULT, max_tokens=103031).ceiling_nusd
+    assert "its daily budget of $3.50 is below the $3.828 ceiling" in line
+    assert line.endswith("; -o max_tokens 12121 or lower fits, or raise the daily budget")
+    assert quote_for(DEFAULT, max_tokens=12121).ceiling_nusd <= 3_500_000_000 < quote_for(DEFAULT, max_tokens=12122).ceiling_nusd
 
 
 def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
@@ -61,9 +61,9 @@ def test_add_warns_for_a_client_dollar_cap_and_a_client_token_cap():
     )
     assert result.exit_code == 0
     dollars, tokens = warned(result)
-    assert "its client 'ci-bot' cap of $2.00 is below the $5.412 ceiling" in dollars
-    assert "its client 'ci-bot' cap of 1,000,000 tokens is below the 1,128,000-token ceiling" in tokens
-    assert "claude-routed/claude-haiku-4-5-20251001 fits (264,000-token ceiling" in tokens
+    assert "its client 'ci-bot' cap of $2.00 is below the $3.828 ceiling" in dollars
+    assert "its client 'ci-bot' cap of 1,000,000 tokens is below the 1,032,000-token ceiling" in tokens
+    assert "claude-routed/claude-haiku-4-5-20251001 fits (232,000-token ceiling" in tokens
 
 
 def test_add_says_nothing_when_every_limit_fits():
@@ -93,7 +93,7 @@ def test_status_says_nothing_of_a_declaration_warning_without_verbose():
 
 
 def test_status_verbose_warns_about_each_declared_account_and_still_shows_the_table():
-    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "3.00")
     run("add", "work", "--key-env", "WORK_KEY", "--budget", "50.00")
     result = run("status", "--verbose")
     assert result.exit_code == 0
@@ -104,13 +104,13 @@ def test_status_verbose_warns_about_each_declared_account_and_still_shows_the_ta
 def test_status_json_carries_the_warnings():
     import json
 
-    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "5.00")
+    run("add", "small", "--key-env", "SMALL_KEY", "--budget", "3.00")
     result = run("status", "--json")
     assert result.exit_code == 0
     data = json.loads(result.output)
     assert data["accounts"][0]["name"] == "small"
     [line] = data["warnings"]
-    assert line.startswith("Warning: account 'small': its budget of $5.00 is below the $5.412 ceiling")
+    assert line.startswith("Warning: account 'small': its budget of $3.00 is below the $3.828 ceiling")
 
 
 def test_the_largest_max_tokens_that_fits_is_exact_in_tokens_too():
@@ -129,7 +129,7 @@ def test_prices_shows_every_active_models_ceiling_at_its_default_max_tokens():
         if model.status == "retired":
             assert row[4:6] == ["-", "-"]
         else:
-            assert row[4:6] == [f"{for_model(model.id).default_max_tokens:,}", usd_fine(quote_for(model.id).ceiling_nusd)]
+            assert row[4:6] == [f"{routed_max_tokens(for_model(model.id)):,}", usd_fine(quote_for(model.id).ceiling_nusd)]
 
 
 def nova_book(context_window, max_output):
@@ -139,7 +139,7 @@ def nova_book(context_window, max_output):
     nova = {
         "id": "claude-nova-6", "display_name": "Claude Nova 6", "context_window": context_window,
         "max_output": max_output, "status": "active",
-        "rates": {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000},
+        "rates": {"input": 2500, "write_5m": 3000, "write_1h": 4000, "cache_read": 200, "output": 10000},
     }
     data = {"revision": "2026-12-05-mine", "applies_from": "2026-12-05", "sources": ["https://example.com/pricing"], "models": [nova]}
     return price_book.build(prices.current_revision(), [prices.revision_from_dict(data, prices.USER)])
@@ -152,11 +152,11 @@ def small_account(budget_nusd):
 
 
 def test_a_shipped_model_that_fits_is_named_before_one_only_the_users_price_file_knows():
-    book = nova_book(400_000, 32_000)
+    book = nova_book(1_000_000, 32_000)
     # Nova's ceiling fits the budget and is larger than the shipped model's that also fits.
-    assert quote_for("claude-haiku-5-5", book).ceiling_nusd < quote_for("claude-nova-6", book).ceiling_nusd < 3 * 10**9
+    assert quote_for("claude-sonnet-5-5", book).ceiling_nusd < quote_for("claude-nova-6", book).ceiling_nusd < 3 * 10**9
     [line] = fits.warnings(small_account(3 * 10**9), book)
-    assert line.endswith("; claude-routed/claude-haiku-5-5 fits ($0.726 ceiling at its default max_tokens), or raise the budget")
+    assert line.endswith("; claude-routed/claude-sonnet-5-5 fits ($2.552 ceiling at its default max_tokens), or raise the budget")
 
 
 def test_a_model_only_the_users_price_file_knows_is_named_when_no_shipped_model_fits():

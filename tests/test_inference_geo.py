@@ -267,7 +267,7 @@ def built(model_id, **options):
 
 def test_without_the_option_the_payload_bytes_are_what_they_were():
     assert built(HAIKU_45) == (
-        b'{"model":"claude-haiku-4-5-20251001","max_tokens":64000,"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}'
+        b'{"model":"claude-haiku-4-5-20251001","max_tokens":32000,"messages":[{"role":"user","content":[{"type":"text","text":"Hi"}]}]}'
     )
 
 
@@ -288,7 +288,7 @@ def test_an_option_value_other_than_us_or_global_is_refused_in_one_line(accounts
 
 # End to end through the stand-in ----------------------------------------------------------------
 
-HAIKU_55_ONE_SAMPLING = 1_000_000 * 500 + 64_000 * 2500  # upper tier input (reachable in its window), default max_tokens
+HAIKU_55_ONE_SAMPLING = 1_000_000 * 500 + 32_000 * 2500  # upper tier input (reachable in its window), default max_tokens
 
 
 def test_a_model_without_geo_pricing_refuses_the_option_before_anything_is_sent(accounts, ledger_path):
@@ -374,4 +374,4 @@ def test_prices_json_gives_each_models_geo_multipliers_as_decimal_strings():
     models = {model["id"]: model for model in json.loads(result.output)["models"]}
     assert models[SONNET_46]["inference_geo"] == {"us": "1.1"}
     assert models[HAIKU_45]["inference_geo"] is None
-    assert models[SONNET_46]["ceiling_nusd"] == 5_412_000_000  # $4.92 at standard rates, times 1.1
+    assert models[SONNET_46]["ceiling_nusd"] == 3_828_000_000  # $3.48 at standard rates, times 1.1

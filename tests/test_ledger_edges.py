@@ -345,11 +345,11 @@ def test_a_version_1_ledger_gains_model_health_and_waiter_as_version_3_and_keeps
 
 
 def default_quote(model):
-    """The quote of a prompt on ``model`` without -o max_tokens (llm-anthropic's default for it)."""
-    from llm_accounts.capabilities import for_model
+    """The quote of a prompt on ``model`` without -o max_tokens (claude-routed's default for it)."""
+    from llm_accounts.capabilities import for_model, routed_max_tokens
     from llm_accounts.pricing.prices import current_revision
 
-    max_tokens = for_model(current_revision().model(model).id).default_max_tokens
+    max_tokens = routed_max_tokens(for_model(current_revision().model(model).id))
     body = {"model": model, "max_tokens": max_tokens, "messages": [{"role": "user", "content": "hi"}]}
     return price(freeze(body))
 

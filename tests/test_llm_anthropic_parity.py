@@ -39,16 +39,14 @@ def refused(*args):
     return lines[0]
 
 
-# Default max_tokens: llm-anthropic's per model, so long answers are not cut at 4,096.
+# Default max_tokens: claude-routed's own, at most 32,000 (tests/test_routed_max_tokens.py); the
+# one deliberate difference from llm-anthropic's request (docs/prompting.md "max_tokens").
 
 
-@pytest.mark.parametrize(
-    "model, expected",
-    [("claude-routed", 128_000), (SONNET, 128_000), (HAIKU, 64_000), (OPUS_45, 64_000), (SONNET_5, 128_000)],
-)
-def test_default_max_tokens_is_llm_anthropics_for_the_model(accounts, model, expected):
+@pytest.mark.parametrize("model", ["claude-routed", SONNET, HAIKU, OPUS_45, SONNET_5])
+def test_default_max_tokens_is_the_routed_default_not_llm_anthropics(accounts, model):
     ok("-m", model, "Hello")
-    assert sent(accounts)["max_tokens"] == expected
+    assert sent(accounts)["max_tokens"] == 32_000
 
 
 def test_max_tokens_option_still_sets_it(accounts):
@@ -75,7 +73,7 @@ def test_the_ceiling_reserved_follows_the_default_max_tokens(accounts, ledger_pa
     [row] = attempts(ledger_path)
     # What was reserved before sending (the hold shrinks once message_start counts the input).
     assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5").ceiling_nusd
-    assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5", max_tokens=64_000).ceiling_nusd
+    assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5", max_tokens=32_000).ceiling_nusd
 
 
 # user_id
@@ -375,10 +373,10 @@ def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
     result = ok("accounts", "prices", "--model", "claude-sonnet-4-6")
     header, row = [line for line in result.output.splitlines() if line.startswith(("model ", "claude-sonnet-4-6"))]
     assert header.split()[5:7] == ["default", "ceiling"]  # after "max out"
-    # $4.92 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
-    assert row.split()[4:6] == ["128,000", "$5.412"]
+    # $3.48 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
+    assert row.split()[4:6] == ["32,000", "$3.828"]
 
 
 def test_prices_json_gives_the_ceiling_in_nanodollars():
     [model] = json.loads(ok("accounts", "prices", "--model", "claude-haiku-4-5", "--json").output)["models"]
-    assert (model["default_max_tokens"], model["ceiling_nusd"]) == (64_000, 520_000_000)
+    assert (model["default_max_tokens"], model["ceiling_nusd"]) == (32_000, 360_000_000)

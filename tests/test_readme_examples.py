@@ -109,4 +109,4 @@ def test_the_per_client_caps_examples_keep_the_restricted_account_restricted(new
     [shared] = json.loads((pathlib.Path(env["LLM_USER_PATH"]) / "accounts.json").read_text())["accounts"]
     assert shared["clients_only"] is True
     assert shared["clients"]["alice@example.com"] == {"budget_usd": "20.00"}
-    assert shared["clients"]["ci-bot"] == {"budget_usd": "5.00", "tokens": 2000000}
+    assert shared["clients"]["ci-bot"] == {"budget_usd": "3.00", "tokens": 2000000}

@@ -425,7 +425,7 @@ def test_eight_llm_processes_on_a_small_budget_never_admit_past_it(accounts, use
 
 
 def test_a_ceiling_larger_than_every_budget_says_what_helps(accounts, ledger_path):
-    save_accounts_file([Account("alpha", "ALPHA_KEY", 5 * NANO)], None)
+    save_accounts_file([Account("alpha", "ALPHA_KEY", 3 * NANO)], None)
     result = llm_cli("-m", "claude-routed/claude-sonnet-4-6", "Hello")
     assert result.exit_code == 1
     assert "budget_exhausted" in result.output

@@ -236,8 +236,9 @@ def test_a_web_search_is_settled_at_its_tokens_plus_its_search_fee(standin_accou
     assert billed["server_tool_use"]["web_search_requests"] == 1
     tokens = billed["input_tokens"] * 1_000 + billed["output_tokens"] * 5_000
     assert row["cost_nusd"] == tokens + SEARCH_FEE
-    # Haiku 4.5 at its default max_tokens (64,000): ten samplings and two searches.
-    assert row["ceiling_nusd"] == tool_bounds.ITERATIONS * (200_000 * 2_000 + 64_000 * 5_000) + 2 * SEARCH_FEE
+    # Haiku 4.5 at claude-routed's default max_tokens (32,000): ten samplings of a whole window at
+    # the 1h write rate plus max_tokens of output, and two searches: $5.62.
+    assert row["ceiling_nusd"] == 10 * (200_000 * 2_000 + 32_000 * 5_000) + 2 * SEARCH_FEE == 5_620_000_000
     [call, result, answer] = response_json["content"]
     assert (call["type"], result["type"]) == ("server_tool_use", "web_search_tool_result")
     assert answer["citations"][0]["type"] == "web_search_result_location"

@@ -26,7 +26,7 @@ from routed_helpers import llm_cli
 from llm_logs import existing_logs_db  # noqa: F401  (autouse)
 
 NOW = dt.datetime(2026, 11, 10, 12, 0, tzinfo=dt.timezone.utc)
-ROUTED = "claude-routed"  # its default ceiling is $8.712 (docs/pricing.md)
+ROUTED = "claude-routed"  # its default ceiling is $3.828 (docs/pricing.md)
 LLM = os.path.join(os.path.dirname(sys.executable), "llm")
 
 
@@ -76,11 +76,11 @@ def alpha_only(accounts):
 def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_completes_when_it_settles(
     alpha_only, accounts, user_path, ledger_path
 ):
-    hold(ledger_path, alpha_only, 5 * NANO)  # $5.00 + $8.712 > $10.00: no room until it settles
+    hold(ledger_path, alpha_only, 7 * NANO)  # $7.00 + $3.828 > $10.00: no room until it settles
     process = start("Hello")
     lines = stderr_lines(process)
     first = lines.get(timeout=120)
-    assert first.startswith("llm-accounts: waiting for $5.00 held by 1 attempt in flight on alpha (up to 600 s")
+    assert first.startswith("llm-accounts: waiting for $7.00 held by 1 attempt in flight on alpha (up to 600 s")
     assert accounts.requests == []  # nothing was sent while it waited
     release(ledger_path)
     out, _ = process.communicate(timeout=120)
@@ -97,29 +97,29 @@ def test_a_prompt_kept_out_by_an_attempt_in_flight_waits_says_so_once_and_comple
 def test_past_its_bound_a_prompt_says_the_money_is_held_not_spent_and_how_to_free_it(
     alpha_only, accounts, user_path, ledger_path
 ):
-    hold(ledger_path, alpha_only, 5 * NANO)
+    hold(ledger_path, alpha_only, 7 * NANO)
     process = start("-o", "wait", "0.5", "Hello")
     _, err = process.communicate(timeout=120)
     (line,) = err.strip().splitlines()
     assert process.returncode == 1
     assert line.startswith("Error: budget_exhausted: no room for this attempt after waiting ")
-    assert "$5.00 held by 1 attempt in flight on alpha, not spent ($0.00 spent)" in line
+    assert "$7.00 held by 1 attempt in flight on alpha, not spent ($0.00 spent)" in line
     assert line.endswith("; -o wait SECONDS (or LLM_ACCOUNTS_WAIT) waits longer")
     assert accounts.requests == []
 
 
 def test_wait_0_refuses_at_once_saying_the_money_is_held(alpha_only, accounts, ledger_path, monkeypatch):
-    hold(ledger_path, alpha_only, 5 * NANO, now=None)
+    hold(ledger_path, alpha_only, 7 * NANO, now=None)
     monkeypatch.setenv("LLM_ACCOUNTS_WAIT", "0")
     result = llm_cli("-m", ROUTED, "Hello")
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert line.startswith("Error: budget_exhausted: no room for this attempt without waiting")
-    assert "$5.00 held by 1 attempt in flight on alpha, not spent" in line
+    assert "$7.00 held by 1 attempt in flight on alpha, not spent" in line
 
 
 def test_the_option_overrides_the_environment(alpha_only, accounts, ledger_path, monkeypatch):
-    hold(ledger_path, alpha_only, 5 * NANO, now=None)
+    hold(ledger_path, alpha_only, 7 * NANO, now=None)
     monkeypatch.setenv("LLM_ACCOUNTS_WAIT", "600")
     result = llm_cli("-m", ROUTED, "-o", "wait", "0", "Hello")
     assert "no room for this attempt without waiting" in result.output
@@ -147,8 +147,8 @@ def test_a_bad_wait_option_is_one_coded_line(value, accounts, ledger_path):
 
 
 def six_parallel_prompts(accounts, user_path, extra_env=None):
-    """Six ``llm -m claude-routed`` processes at once on two $20 accounts: two $8.712 ceilings fit
-    an account at a time, so two of the six find no room until an answer settles."""
+    """Six ``llm -m claude-routed`` processes at once on two $20 accounts: five $3.828 ceilings fit
+    an account at a time, so all six are admitted together."""
     for name in ("alpha", "beta"):
         accounts.set_behaviour(name, "slow", delay=0.5)
     # --no-log: llm's own logs.db can stay locked past its timeout with six writers on a loaded
@@ -181,7 +181,7 @@ def test_an_async_prompt_waits_for_room_without_blocking_the_loop_and_completes(
 
     import llm
 
-    hold(ledger_path, alpha_only, 5 * NANO, now=None)
+    hold(ledger_path, alpha_only, 7 * NANO, now=None)
 
     def queued():
         with sqlite3.connect(ledger_path) as db:
@@ -190,6 +190,7 @@ def test_an_async_prompt_waits_for_room_without_blocking_the_loop_and_completes(
     async def main():
         task = asyncio.ensure_future(llm.get_async_model(ROUTED).prompt("Hello").text())
         while not queued():
+            assert not task.done(), "the prompt did not wait for room"
             await asyncio.sleep(0.02)  # the loop keeps running while the prompt waits
         assert accounts.requests == []
         release(ledger_path, now=None)

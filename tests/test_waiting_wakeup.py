@@ -18,7 +18,7 @@ from llm_accounts.ledger import Ledger, NotSent, Scope, wakeup
 from llm_accounts.money import NANO
 from llm_accounts.pricing.prices import Quote
 
-ROUTED = "claude-routed"  # its default ceiling is $8.712 (docs/pricing.md)
+ROUTED = "claude-routed"  # its default ceiling is $3.828 (docs/pricing.md)
 
 # The waiting prompt: llm itself, logging each ledger call (docs/security.md "Logging"), with the
 # fallback timer out of reach, so only a wake-up can end its wait.
@@ -170,9 +170,9 @@ def test_a_subscription_is_woken_by_a_signal_after_its_mark(tmp_path):
 
 
 def hold(location, account):
-    """An attempt in flight holding $5.00 of ``account``'s $10.00 (as another prompt's would)."""
+    """An attempt in flight holding $7.00 of ``account``'s $10.00 (as another prompt's would)."""
     with Ledger(location) as ledger:
-        quote = Quote("claude-sonnet-4-5-20250929", 5 * NANO, "2026-11-01", "ab" * 32)
+        quote = Quote("claude-sonnet-4-5-20250929", 7 * NANO, "2026-11-01", "ab" * 32)
         ledger.reserve(Scope("conversation", "holder"), "held-1", quote, [account])
 
 
@@ -200,7 +200,7 @@ def reservations(stderr):
 def woken_by_another_process(location, accounts, listening):
     alpha = Account("alpha", "ALPHA_KEY", 10 * NANO)
     save_accounts_file([alpha], None)
-    hold(location, alpha)  # $5.00 + $8.712 > $10.00: no room until it settles
+    hold(location, alpha)  # $7.00 + $3.828 > $10.00: no room until it settles
     prompt = waiting_prompt(location)
     try:
         until(lambda: listening() or prompt.poll() is not None, "the prompt to listen for wake-ups")

@@ -51,7 +51,7 @@ def prices(ctx, json_, model_id):
     def usd_rates(rates):
         return {name: per_mtok(getattr(rates, name)) for name in RATE_NAMES}
 
-    from ..capabilities import for_price
+    from ..capabilities import for_price, routed_max_tokens
     from ..ladder import quote_for
     from ..pricing.user_prices import prices_dir
 
@@ -87,7 +87,7 @@ def prices(ctx, json_, model_id):
                         "status": p.status,
                         "context_window": p.context_window,
                         "max_output": p.max_output,
-                        "default_max_tokens": None if p.status == "retired" else for_price(p).default_max_tokens,
+                        "default_max_tokens": None if p.status == "retired" else routed_max_tokens(for_price(p)),
                         "ceiling_nusd": ceiling(p),
                         "rates": usd_rates(p.rates),
                         "long_context": (
@@ -129,7 +129,7 @@ def prices(ctx, json_, model_id):
         reserve = ceiling(p)
         rows.append(
             (p.id, p.status, f"{p.context_window:,}", f"{p.max_output:,}",
-             "-" if reserve is None else f"{for_price(p).default_max_tokens:,}",
+             "-" if reserve is None else f"{routed_max_tokens(for_price(p)):,}",
              "-" if reserve is None else usd_fine(reserve), book.revision_of(p.id).id)
             + tuple(per_mtok(getattr(p.rates, name)) for name in RATE_NAMES)
         )

@@ -30,7 +30,7 @@ def standin(port, config_path, host):
     behaviour ok, each a fresh random sk-ant- key that it stores in llm's key store as
     STANDIN_ALPHA_KEY and STANDIN_BETA_KEY (never printed) once it listens, ready for 'llm
     accounts add alpha --key-env STANDIN_ALPHA_KEY --budget 10.00' (a budget above the default
-    model's $5.412 ceiling). A stand-in that cannot listen leaves the stored keys alone.
+    model's $3.828 ceiling). A stand-in that cannot listen leaves the stored keys alone.
 
     Give keys the sk-ant- prefix of real keys: the scrubbing rule masks the first character of a
     key without it wherever it appears in a reply, which garbles text when the key begins with

@@ -10,7 +10,7 @@ model's window alone fits, else a model whose ceiling at its default ``max_token
 
 import os
 
-from ..capabilities import for_price
+from ..capabilities import for_price, routed_max_tokens
 from ..ladder import quote_for
 from ..money import usd_fine
 
@@ -42,7 +42,7 @@ def warnings(account, revision, model_id=None):
         lines.append(
             f"Warning: account '{account.name}': its {what} of {_amount(limit, unit)} is below the "
             f"{_ceiling(ceiling, unit)} a plain claude-routed prompt reserves ({model.id} at its default "
-            f"max_tokens {for_price(model).default_max_tokens:,}), so such a prompt is never admitted{' for that client' if noun == 'cap' else ' here'}; "
+            f"max_tokens {routed_max_tokens(for_price(model)):,}), so such a prompt is never admitted{' for that client' if noun == 'cap' else ' here'}; "
             f"{_what_fits(account, revision, model, unit, limit)}, or raise the {noun}"
         )
     return lines

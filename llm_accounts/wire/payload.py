@@ -10,7 +10,7 @@ from llm.models import ServerSideTool
 from llm.parts import AttachmentPart, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 
 from . import structured
-from ..capabilities import for_model
+from ..capabilities import for_model, routed_max_tokens
 from ..errors import AccountsError
 
 ANTHROPIC_VERSION = "2023-06-01"
@@ -34,7 +34,7 @@ def build_body(prompt, model_id, *, stream, capabilities=None, hide_reasoning=Fa
     options = prompt.options
     if prompt.schema and prompt.tools:
         raise AccountsError("declaration_invalid", "--schema and tools cannot be used in the same prompt")
-    body = {"model": model_id, "max_tokens": options.max_tokens or caps.default_max_tokens}
+    body = {"model": model_id, "max_tokens": options.max_tokens or routed_max_tokens(caps, options.thinking_budget)}
     if options.user_id:
         body["metadata"] = {"user_id": options.user_id}
 
