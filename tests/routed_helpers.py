@@ -17,6 +17,18 @@ def llm_cli(*args):
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
+def llm_ok(*args):
+    """Run ``llm ARGS`` in this process; a non-zero exit fails the test with its output."""
+    result = llm_cli(*args)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def sent(standin):
+    """The body of the last request the stand-in received."""
+    return standin.requests[-1]["body"]
+
+
 def attempts(ledger_path):
     """Every attempt row, oldest first; none before the ledger exists."""
     if not ledger_path.exists():

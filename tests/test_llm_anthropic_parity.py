@@ -10,7 +10,7 @@ import pytest
 from llm_accounts import models
 from llm_accounts.wire import transport
 from llm_accounts.wire.payload import SCHEMA_TOOL
-from routed_helpers import attempts, llm_cli
+from routed_helpers import attempts, llm_cli, llm_ok, sent
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 HAIKU = "claude-routed/claude-haiku-4-5"
@@ -21,14 +21,6 @@ SONNET_5 = "claude-routed/claude-sonnet-5"
 FABLE = "claude-routed/claude-fable-5"
 
 
-def sent(accounts):
-    return accounts.requests[-1]["body"]
-
-
-def ok(*args):
-    result = llm_cli(*args)
-    assert result.exit_code == 0, result.output
-    return result
 
 
 def refused(*args):
@@ -45,20 +37,20 @@ def refused(*args):
 
 @pytest.mark.parametrize("model", ["claude-routed", SONNET, HAIKU, OPUS_45, SONNET_5])
 def test_default_max_tokens_is_the_routed_default_not_llm_anthropics(accounts, model):
-    ok("-m", model, "Hello")
+    llm_ok("-m", model, "Hello")
     assert sent(accounts)["max_tokens"] == 32_000
 
 
 def test_max_tokens_option_still_sets_it(accounts):
-    ok("-m", SONNET, "Hello", "-o", "max_tokens", "300")
+    llm_ok("-m", SONNET, "Hello", "-o", "max_tokens", "300")
     assert sent(accounts)["max_tokens"] == 300
 
 
 def test_llms_own_default_options_set_max_tokens_for_every_cli_prompt(accounts, ledger_path):
     # docs/prompting.md: "llm models options set claude-routed max_tokens N" is how a CLI user
     # lowers what every plain prompt holds once its answer starts.
-    ok("models", "options", "set", "claude-routed", "max_tokens", "4096")
-    ok("-m", "claude-routed", "Hello")
+    llm_ok("models", "options", "set", "claude-routed", "max_tokens", "4096")
+    llm_ok("-m", "claude-routed", "Hello")
     assert sent(accounts)["max_tokens"] == 4096
     from llm_accounts import ladder
 
@@ -69,7 +61,7 @@ def test_llms_own_default_options_set_max_tokens_for_every_cli_prompt(accounts, 
 def test_the_ceiling_reserved_follows_the_default_max_tokens(accounts, ledger_path):
     from llm_accounts import ladder
 
-    ok("-m", HAIKU, "Hello")
+    llm_ok("-m", HAIKU, "Hello")
     [row] = attempts(ledger_path)
     # What was reserved before sending (the hold shrinks once message_start counts the input).
     assert row["reserved_nusd"] == ladder.quote_for("claude-haiku-4-5").ceiling_nusd
@@ -80,7 +72,7 @@ def test_the_ceiling_reserved_follows_the_default_max_tokens(accounts, ledger_pa
 
 
 def test_user_id_is_sent_as_metadata(accounts):
-    ok("-m", HAIKU, "Hello", "-o", "user_id", "user-4f1c")
+    llm_ok("-m", HAIKU, "Hello", "-o", "user_id", "user-4f1c")
     assert sent(accounts)["metadata"] == {"user_id": "user-4f1c"}
 
 
@@ -95,13 +87,13 @@ def test_a_user_id_that_looks_like_a_key_is_refused_without_repeating_it(account
 
 
 def test_prefill_is_sent_as_an_assistant_turn_and_shown_first(accounts):
-    result = ok("-m", HAIKU, "Name a colour", "-o", "prefill", "My answer:")
+    result = llm_ok("-m", HAIKU, "Name a colour", "-o", "prefill", "My answer:")
     assert sent(accounts)["messages"][-1] == {"role": "assistant", "content": [{"type": "text", "text": "My answer:"}]}
     assert result.output.startswith("My answer:Stand-in reply")
 
 
 def test_hide_prefill_sends_it_but_does_not_show_it(accounts):
-    result = ok("-m", HAIKU, "Name a colour", "-o", "prefill", "My answer:", "-o", "hide_prefill", "1")
+    result = llm_ok("-m", HAIKU, "Name a colour", "-o", "prefill", "My answer:", "-o", "hide_prefill", "1")
     assert sent(accounts)["messages"][-1]["role"] == "assistant"
     assert result.output.startswith("Stand-in reply")
 
@@ -126,7 +118,7 @@ def test_prefill_is_refused_on_a_model_with_adaptive_thinking(accounts):
 
 
 def test_cache_true_marks_the_newest_turn_for_five_minutes(accounts):
-    ok("-m", HAIKU, "Hello", "-o", "cache", "true")
+    llm_ok("-m", HAIKU, "Hello", "-o", "cache", "true")
     assert sent(accounts)["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
 
 
@@ -136,12 +128,12 @@ def test_cache_true_from_python_is_the_same_mark(accounts):
 
 
 def test_cache_false_sends_no_mark(accounts):
-    ok("-m", HAIKU, "Hello", "-s", "Be brief", "-o", "cache", "false")
+    llm_ok("-m", HAIKU, "Hello", "-s", "Be brief", "-o", "cache", "false")
     assert "cache_control" not in json.dumps(sent(accounts))
 
 
 def test_cache_1h_still_marks_the_system_prompt_for_an_hour(accounts):
-    ok("-m", HAIKU, "Hello", "-s", "Be brief", "-o", "cache", "1h")
+    llm_ok("-m", HAIKU, "Hello", "-s", "Be brief", "-o", "cache", "1h")
     assert sent(accounts)["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
 
@@ -154,29 +146,29 @@ def test_an_unknown_cache_value_is_refused_in_one_line(accounts):
 
 
 def test_thinking_on_a_model_with_adaptive_thinking_is_adaptive_and_summarized(accounts):
-    result = ok("-m", SONNET, "Hello", "-o", "thinking", "1")
+    result = llm_ok("-m", SONNET, "Hello", "-o", "thinking", "1")
     assert sent(accounts)["thinking"] == {"type": "adaptive", "display": "summarized"}
     assert "A short, direct answer fits" in result.output  # the stand-in's thought, shown
 
 
 def test_hide_reasoning_asks_for_the_trace_to_be_omitted(accounts):
-    result = ok("-m", SONNET, "Hello", "-o", "thinking", "1", "-R")
+    result = llm_ok("-m", SONNET, "Hello", "-o", "thinking", "1", "-R")
     assert sent(accounts)["thinking"] == {"type": "adaptive", "display": "omitted"}
     assert "A short, direct answer fits" not in result.output
 
 
 def test_thinking_on_an_older_model_uses_the_default_budget(accounts):
-    ok("-m", HAIKU, "Hello", "-o", "thinking", "1")
+    llm_ok("-m", HAIKU, "Hello", "-o", "thinking", "1")
     assert sent(accounts)["thinking"] == {"type": "enabled", "budget_tokens": 1024}
 
 
 def test_thinking_budget_asks_for_the_budgeted_mode(accounts):
-    ok("-m", SONNET, "Hello", "-o", "thinking_budget", "2048")
+    llm_ok("-m", SONNET, "Hello", "-o", "thinking_budget", "2048")
     assert sent(accounts)["thinking"] == {"type": "enabled", "budget_tokens": 2048}
 
 
 def test_thinking_effort_is_sent_as_output_config_with_adaptive_thinking(accounts):
-    ok("-m", SONNET, "Hello", "-o", "thinking_effort", "high")
+    llm_ok("-m", SONNET, "Hello", "-o", "thinking_effort", "high")
     body = sent(accounts)
     assert body["output_config"] == {"effort": "high"}
     assert body["thinking"]["type"] == "adaptive"
@@ -184,7 +176,7 @@ def test_thinking_effort_is_sent_as_output_config_with_adaptive_thinking(account
 
 
 def test_effort_on_opus_4_5_sends_its_beta_header(accounts):
-    ok("-m", OPUS_45, "Hello", "-o", "thinking_effort", "low")
+    llm_ok("-m", OPUS_45, "Hello", "-o", "thinking_effort", "low")
     assert accounts.requests[-1]["headers"]["anthropic-beta"] == "effort-2025-11-24"
     assert sent(accounts)["output_config"] == {"effort": "low"}
 
@@ -205,9 +197,9 @@ def test_thinking_effort_is_listed_only_for_models_that_take_it():
 
 
 def test_a_claude_5_model_thinks_unless_told_not_to(accounts):
-    ok("-m", SONNET_5, "Hello")
+    llm_ok("-m", SONNET_5, "Hello")
     assert sent(accounts)["thinking"] == {"type": "adaptive", "display": "summarized"}
-    ok("-m", SONNET_5, "Hello", "-o", "thinking", "0")
+    llm_ok("-m", SONNET_5, "Hello", "-o", "thinking", "0")
     assert sent(accounts)["thinking"] == {"type": "disabled"}
 
 
@@ -220,7 +212,7 @@ def test_a_model_that_always_thinks_refuses_thinking_off(accounts):
 
 
 def test_schema_on_a_model_with_structured_outputs_uses_output_config(accounts):
-    result = ok("-m", SONNET, "Invent a dog", "--schema", "name, age int")
+    result = llm_ok("-m", SONNET, "Invent a dog", "--schema", "name, age int")
     body = sent(accounts)
     fmt = body["output_config"]["format"]
     assert fmt["type"] == "json_schema"
@@ -231,7 +223,7 @@ def test_schema_on_a_model_with_structured_outputs_uses_output_config(accounts):
 
 
 def test_schema_on_a_model_without_structured_outputs_stays_a_forced_tool(accounts):
-    result = ok("-m", OPUS_45, "Invent a dog", "--schema", "name, age int")
+    result = llm_ok("-m", OPUS_45, "Invent a dog", "--schema", "name, age int")
     body = sent(accounts)
     assert body["tool_choice"] == {"type": "tool", "name": SCHEMA_TOOL}
     assert "output_config" not in body
@@ -370,7 +362,7 @@ def test_the_shared_pool_holds_no_key_and_keeps_no_cookie(accounts):
 
 
 def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
-    result = ok("accounts", "prices", "--model", "claude-sonnet-4-6")
+    result = llm_ok("accounts", "prices", "--model", "claude-sonnet-4-6")
     header, row = [line for line in result.output.splitlines() if line.startswith(("model ", "claude-sonnet-4-6"))]
     assert header.split()[5:7] == ["default", "ceiling"]  # after "max out"
     # $3.48 at standard rates, covering US-only inference at 1.1x (docs/pricing.md "Inference geo (data residency)").
@@ -378,5 +370,5 @@ def test_prices_shows_each_models_default_max_tokens_and_its_ceiling():
 
 
 def test_prices_json_gives_the_ceiling_in_nanodollars():
-    [model] = json.loads(ok("accounts", "prices", "--model", "claude-haiku-4-5", "--json").output)["models"]
+    [model] = json.loads(llm_ok("accounts", "prices", "--model", "claude-haiku-4-5", "--json").output)["models"]
     assert (model["default_max_tokens"], model["ceiling_nusd"]) == (32_000, 360_000_000)
