@@ -6,7 +6,7 @@ started, and nothing before the end of an answer bounds its output below it."""
 import pytest
 
 from llm_accounts import capabilities, ladder
-from routed_helpers import attempts, llm_cli, llm_ok, sent
+from routed_helpers import attempts, llm_ok, sent
 from llm_logs import existing_logs_db  # noqa: F401  (autouse: llm's logs.db already migrated)
 
 SONNET_46 = "claude-routed/claude-sonnet-4-6"
