@@ -66,10 +66,11 @@ TARGETS = {
     "admission": ("llm_accounts/ledger/admission.py",
                   ("reserve", "choose", "account_verdict", "select", "WAITER_TTL", "_waiters", "_queue"),
                   ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py",
-                   "tests/test_recheck_races.py", "tests/test_waiting_rules.py")),
+                   "tests/test_recheck_races.py", "tests/test_waiting_rules.py", "tests/test_mutation_survivors.py")),
     # The admission's write and its re-check under the account's lock (docs/architecture.md "Ledger").
     "recheck": ("llm_accounts/ledger/recheck.py", ("Sql", "limit_sql", "condition", "admit", "_probe_free"),
-                ("tests/test_recheck_properties.py", "tests/test_recheck_races.py", "tests/test_ledger.py")),
+                ("tests/test_recheck_properties.py", "tests/test_recheck_races.py", "tests/test_ledger.py",
+                 "tests/test_mutation_survivors.py")),
     # Server tools' bounds: the loop limit, max_uses, fees (docs/pricing.md "Server tools").
     "tool_bounds": ("llm_accounts/pricing/tool_bounds.py", ("ITERATIONS", "COUNTS", "is_server_tool", "bounds", "fees_due", "overrun"),
                     ("tests/test_server_tools.py",)),
@@ -79,7 +80,8 @@ TARGETS = {
     "user_prices": ("llm_accounts/pricing/user_prices.py",
                     ("check_against_shipped", "shipped_replacements", "load_user_revisions", "read_candidate",
                      "_file_strings", "strings"),
-                    ("tests/test_user_prices.py", "tests/test_user_price_rules.py", "tests/test_secret_runs.py")),
+                    ("tests/test_user_prices.py", "tests/test_user_price_rules.py", "tests/test_secret_runs.py",
+                     "tests/test_mutation_survivors.py")),
     # Whether the process that reserved an attempt is gone (docs/architecture.md "A process that is gone").
     "liveness": ("llm_accounts/liveness.py", ("gone", "_started", "ran_in", "this_process"),
                  ("tests/test_process_gone.py",)),
