@@ -28,6 +28,7 @@ UTC = dt.timezone.utc
 T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
 MODEL = "claude-sonnet-4-5-20250929"
 USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0}
+RATE_LIMITED = Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited")
 OVERLOADED = Refused("overloaded", 529, "overloaded_error", "other", "provider_outage")
 NOVA = "claude-nova-6"
 REVISION = {
@@ -107,6 +108,22 @@ def test_a_recovered_health_row_read_whole_adds_no_probe_check_to_the_recheck(le
         monkeypatch.setattr(admission, "_write", write_with_the_whole_row)
         assert ledger.reserve(conv("c3"), "a3", quote(1), [work], now=later).account == "work"
         assert writes == [True]  # admitted by its first write, not read again
+
+
+def test_a_probe_reconciled_by_hand_frees_the_probe_slot_in_the_recheck_too(ledger_location, monkeypatch):
+    """The re-check counts as the probe in flight only an open attempt, as the read does
+    (docs/reliability.md: recheck.py, ``p.state = 'open'`` dropped from the probe check). A probe
+    reconciled by hand is settled with no outcome recorded: the read lets the next prompt through
+    as the probe, and the write must agree, lest every prompt end as ``ledger_busy``."""
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.5)  # a refused write is read again until then
+    work = Account("work", "WORK_KEY", NANO)
+    with Ledger(ledger_location) as ledger:
+        ledger.reserve(conv("c0"), "f1", quote(1), [work], now=T0)
+        ledger.settle("f1", RATE_LIMITED, now=T0)
+        assert ledger.reserve(conv("c1"), "p1", quote(1), [work], now=T0 + dt.timedelta(minutes=5)).probe
+        assert ledger.reconcile("r1", "p1", 1, "invoice 1", now=T0 + dt.timedelta(minutes=6)) == "reconciled"
+        probe = ledger.reserve(conv("c2"), "p2", quote(1), [work], now=T0 + dt.timedelta(minutes=7))
+        assert (probe.account, probe.probe) == ("work", True)
 
 
 # ledger/admission.py -------------------------------------------------------------------------
