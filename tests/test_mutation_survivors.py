@@ -126,6 +126,47 @@ def test_a_probe_reconciled_by_hand_frees_the_probe_slot_in_the_recheck_too(ledg
         assert (probe.account, probe.probe) == ("work", True)
 
 
+# The re-check keeps to the attempt's provider, as the read does: the ledger keys accounts,
+# periods, bindings and attempts by provider, so an account name or a conversation id under
+# another provider is another one (the plugin writes only "anthropic"; the Ledger API takes any).
+
+
+def elsewhere(name):
+    return Scope("conversation", name, provider="other")
+
+
+def test_a_conversation_bound_under_another_provider_binds_anew_here(ledger_location, monkeypatch):
+    """docs/reliability.md: recheck.py, the binding check without ``b.provider = m.provider``."""
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.5)  # a refused write is read again until then
+    work = Account("work", "WORK_KEY", NANO)
+    with Ledger(ledger_location) as ledger:
+        ledger.reserve(elsewhere("c1"), "o1", quote(1), [work], now=T0)
+        reservation = ledger.reserve(conv("c1"), "a1", quote(1), [work], now=T0)
+        assert (reservation.account, reservation.new_binding) == ("work", True)
+
+
+def test_another_providers_next_credit_period_does_not_end_this_ones(ledger_location, monkeypatch):
+    """docs/reliability.md: recheck.py, the newer-period check without ``n.provider = m.provider``."""
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.5)  # a refused write is read again until then
+    work = Account("work", "WORK_KEY", NANO)
+    with Ledger(ledger_location) as ledger:
+        ledger.reserve(conv("c0"), "a0", quote(1), [work], now=T0)
+        ledger.reserve(elsewhere("o1"), "o1", quote(1), [work], now=dt.datetime(2026, 12, 1, 12, 0, tzinfo=UTC))
+        assert ledger.reserve(conv("c1"), "a1", quote(1), [work], now=T0).month_utc == "2026-11"
+
+
+def test_an_attempt_in_flight_under_another_provider_is_not_this_accounts_probe(ledger_location, monkeypatch):
+    """docs/reliability.md: recheck.py, the probe check without ``p.provider = m.provider``."""
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.5)  # a refused write is read again until then
+    work = Account("work", "WORK_KEY", NANO)
+    with Ledger(ledger_location) as ledger:
+        ledger.reserve(conv("c0"), "f1", quote(1), [work], now=T0)
+        ledger.settle("f1", RATE_LIMITED, now=T0)
+        ledger.reserve(elsewhere("o1"), "o1", quote(1), [work], now=T0 + dt.timedelta(minutes=5))  # in flight
+        probe = ledger.reserve(conv("c1"), "p1", quote(1), [work], now=T0 + dt.timedelta(minutes=5))
+        assert (probe.account, probe.probe) == ("work", True)
+
+
 # ledger/admission.py -------------------------------------------------------------------------
 
 
