@@ -44,21 +44,21 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # test files). A survivor of those is tried once more against WIDER[module], slower tests of the
 # same rules, when given.
 TARGETS = {
-    "pricing": ("llm_accounts/pricing.py",
-                ("settlement_cost", "quote", "_cache_writes", "_request_ttls", "_count", "rates_for", "_check_modifiers"),
+    "pricing": ("llm_accounts/pricing/prices.py",
+                ("settlement_cost", "quote", "_cache_writes", "_request_ttls", "_marked_ttls", "_count", "rates_for", "_check_modifiers"),
                 ("tests/test_pricing.py",)),
-    "classify": ("llm_accounts/classify.py", None, ("tests/test_classify.py", "tests/test_outcomes.py")),
+    "classify": ("llm_accounts/wire/classify.py", None, ("tests/test_classify.py", "tests/test_outcomes.py")),
     "routing": ("llm_accounts/routing.py", ("refused", "completed"),
                 ("tests/test_outcomes.py", "tests/test_rule_guards.py", "tests/test_mutation_guards.py")),
     # Where a key may be sent and what a failed connection proves (docs/security.md "Sending a
     # key", docs/architecture.md "Failover").
-    "transport": ("llm_accounts/transport.py", ("base_url", "_is_loopback", "client", "async_client", "describe_failure"),
+    "transport": ("llm_accounts/wire/transport.py", ("base_url", "_is_loopback", "client", "async_client", "describe_failure"),
                   ("tests/test_mutation_guards.py",)),
     # The ledger's own checks on evidence: its second line of defence behind routing.
     "records": ("llm_accounts/records.py", ("check_evidence", "REFUSED_OUTCOMES", "UNKNOWN_OUTCOMES"),
                 ("tests/test_mutation_guards.py", "tests/test_ledger.py")),
     "clock": ("llm_accounts/clock.py", None, ("tests/test_money_and_months.py",)),
-    "scrub": ("llm_accounts/scrub.py", None, ("tests/test_scrub.py",)),
+    "scrub": ("llm_accounts/wire/scrub.py", None, ("tests/test_scrub.py",)),
     "selection": ("llm_accounts/selection.py",
                   ("fits", "within_warm_bound", "compare_utilization", "compare", "order", "budget_refusal", "verdict",
                    "_no_room", "spent_nusd", "_limits", "_no_token_room", "fits_spent", "ahead"),
@@ -66,20 +66,22 @@ TARGETS = {
     "admission": ("llm_accounts/ledger/admission.py",
                   ("reserve", "choose", "account_verdict", "select", "WAITER_TTL", "_waiters", "_queue"),
                   ("tests/test_ledger.py", "tests/test_ledger_edges.py", "tests/test_mutation_guards.py",
-                   "tests/test_recheck_races.py", "tests/test_waiting_rules.py")),
+                   "tests/test_recheck_races.py", "tests/test_waiting_rules.py", "tests/test_mutation_survivors.py")),
     # The admission's write and its re-check under the account's lock (docs/architecture.md "Ledger").
     "recheck": ("llm_accounts/ledger/recheck.py", ("Sql", "limit_sql", "condition", "admit", "_probe_free"),
-                ("tests/test_recheck_properties.py", "tests/test_recheck_races.py", "tests/test_ledger.py")),
+                ("tests/test_recheck_properties.py", "tests/test_recheck_races.py", "tests/test_ledger.py",
+                 "tests/test_mutation_survivors.py")),
     # Server tools' bounds: the loop limit, max_uses, fees (docs/pricing.md "Server tools").
-    "tool_bounds": ("llm_accounts/tool_bounds.py", ("ITERATIONS", "COUNTS", "is_server_tool", "bounds", "fees_due", "overrun"),
+    "tool_bounds": ("llm_accounts/pricing/tool_bounds.py", ("ITERATIONS", "COUNTS", "is_server_tool", "bounds", "fees_due", "overrun"),
                     ("tests/test_server_tools.py",)),
     # Which revision prices each model (docs/pricing.md "Which price wins").
-    "price_book": ("llm_accounts/price_book.py", None, ("tests/test_user_prices.py", "tests/test_user_price_rules.py")),
+    "price_book": ("llm_accounts/pricing/price_book.py", None, ("tests/test_user_prices.py", "tests/test_user_price_rules.py")),
     # What a user price file may do, which files are read, and the key runs add checks.
-    "user_prices": ("llm_accounts/user_prices.py",
+    "user_prices": ("llm_accounts/pricing/user_prices.py",
                     ("check_against_shipped", "shipped_replacements", "load_user_revisions", "read_candidate",
                      "_file_strings", "strings"),
-                    ("tests/test_user_prices.py", "tests/test_user_price_rules.py", "tests/test_secret_runs.py")),
+                    ("tests/test_user_prices.py", "tests/test_user_price_rules.py", "tests/test_secret_runs.py",
+                     "tests/test_mutation_survivors.py")),
     # Whether the process that reserved an attempt is gone (docs/architecture.md "A process that is gone").
     "liveness": ("llm_accounts/liveness.py", ("gone", "_started", "ran_in", "this_process"),
                  ("tests/test_process_gone.py",)),
@@ -94,10 +96,11 @@ WIDER = {
     "classify": ("tests/test_health.py", "tests/test_rule_guards.py"),
     "selection": ("tests/test_rule_guards.py", "tests/test_client_caps.py", "tests/test_client_token_caps.py",
                   "tests/test_health.py", "tests/test_ledger_edges.py", "tests/test_budget_wording.py",
-                  "tests/test_waiting_for_room.py"),
+                  "tests/test_waiting_for_room.py", "tests/test_ledger_health.py"),
     "clock": ("tests/test_rule_guards.py",),
     "scrub": ("tests/test_properties.py", "tests/test_stream_scrub_tools.py"),
-    "recheck": ("tests/test_ledger_postgres_accounts.py", "tests/test_waiting_for_room.py", "tests/test_client_caps.py"),
+    "recheck": ("tests/test_ledger_postgres_accounts.py", "tests/test_waiting_for_room.py", "tests/test_client_caps.py",
+                "tests/test_warm_prefix_status.py"),
     "admission": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
                   "tests/test_client_caps.py", "tests/test_client_token_caps.py", "tests/test_warm_prefix_rules.py"),
     "settlement": ("tests/test_ledger_totals.py", "tests/test_health.py", "tests/test_ledger_health.py",
@@ -128,7 +131,9 @@ def _in_scope(tree, functions):
                 docstrings.add(id(first.value))
     scope = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions):
+        # A named class stands for every method in it (recheck's ``Sql``).
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and (functions is None or node.name in functions) \
+                or isinstance(node, ast.ClassDef) and functions is not None and node.name in functions:
             scope += [inner for inner in ast.walk(node) if id(inner) not in docstrings]
     for node in tree.body:  # module-level constants named in the target
         names = [t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)]
@@ -140,6 +145,35 @@ def _in_scope(tree, functions):
             seen.add(id(node))
             ordered.append(node)
     return ordered
+
+
+def _defined(tree):
+    """The names a target may list: functions and classes anywhere, module-level constants."""
+    names = {node.name for node in ast.walk(tree)
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            names |= {t.id for t in getattr(node, "targets", [getattr(node, "target", None)]) if isinstance(t, ast.Name)}
+    return names
+
+
+def check_targets(targets, root=ROOT):
+    """Every target's module, names and test files exist, or a SystemExit saying which do not: a
+    module moved or a function renamed must not quietly leave a rule unmutated."""
+    problems = []
+    for name, (path, functions, tests) in targets.items():
+        module = root / path
+        if not module.is_file():
+            problems.append(f"{name}: no module {path}")
+        else:
+            missing = sorted(set(functions or ()) - _defined(ast.parse(module.read_text())))
+            if missing:
+                problems.append(f"{name}: {path} defines no {', '.join(missing)}")
+        for test in (*tests, *WIDER.get(name, ())):
+            if not (root / test).is_file():
+                problems.append(f"{name}: no test file {test}")
+    if problems:
+        raise SystemExit("bench/mutate.py targets do not match the tree:\n  " + "\n  ".join(problems))
 
 
 def _changes(node):
@@ -307,6 +341,7 @@ def main(argv=None):
     parser.add_argument("--list", action="store_true", help="count the mutation sites and stop")
     args = parser.parse_args(argv)
     targets = {name: TARGETS[name] for name in (args.only or TARGETS)}
+    check_targets(targets)
 
     worktree = pathlib.Path(tempfile.mkdtemp(prefix="llm-accounts-mutate-")) / "tree"
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), "HEAD"],
@@ -318,7 +353,6 @@ def main(argv=None):
             raise SystemExit("the worktree's llm_accounts is not the one imported; refusing to mutate")
         summary = []
         for name, (path, functions, tests) in targets.items():
-            tests = [test for test in tests if (worktree / test).exists()]
             source = (worktree / path).read_text()
             every = [m for m in mutants(source, functions) if args.kind is None or re.search(args.kind, m[1])]
             chosen = every if args.max == 0 else random.Random(f"{args.seed}:{name}").sample(every, min(args.max, len(every)))
@@ -339,7 +373,7 @@ def main(argv=None):
                 try:
                     verdict = run_tests(worktree, tests, args.timeout)
                     if verdict == "passed" and WIDER.get(name):
-                        verdict = run_tests(worktree, [t for t in WIDER[name] if (worktree / t).exists()], args.timeout)
+                        verdict = run_tests(worktree, list(WIDER[name]), args.timeout)
                         if verdict != "passed":
                             print(f"  killed by the wider tests: {path}:{line} {description}", flush=True)
                 finally:
