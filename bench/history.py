@@ -83,7 +83,9 @@ OUTCOMES = [
 ]
 assert sum(share for *_, share in OUTCOMES) == 10_000
 GRID = len(ACCOUNTS) * len(OUTCOMES)  # the first attempts of each period: every account x outcome
-MODELS = ("claude-sonnet-4-5", "claude-haiku-4-5", "claude-opus-4-6")
+# The ids attempts record: the price revision's canonical ids, dated where the model's is
+# (`llm accounts attempts --model claude-sonnet-4-5` looks for the dated one).
+MODELS = ("claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001", "claude-opus-4-6")
 IN_FLIGHT = 6
 CHECKED = 100_000  # sizes up to this are written through the triggers and recounted by check()
 
@@ -349,7 +351,7 @@ def timed(fn, repeat):
 
 
 class Quote:
-    requested_model = "claude-sonnet-4-5"
+    requested_model = MODELS[0]
     ceiling_nusd = 3_000_000_000
     price_revision = "bench"
     request_digest = "0" * 64
