@@ -166,3 +166,19 @@ def test_a_model_only_the_users_price_file_knows_is_named_when_no_shipped_model_
     assert all(quote_for(model.id).ceiling_nusd > nova for model in shipped.models.values() if model.status != "retired")
     [line] = fits.warnings(small_account(nova), book)
     assert f"; claude-routed/claude-nova-6 fits ({usd_fine(nova)} ceiling at its default max_tokens)" in line
+
+
+def test_a_budget_no_model_fits_at_its_default_names_a_model_whose_window_fits_with_a_lower_max_tokens():
+    # $0.30: below every model's ceiling at its default max_tokens (Haiku 4.5's is $0.36), above
+    # Haiku 4.5's 200,000-token window at $1 a million ($0.20), so 20,000 output tokens at $5 fit.
+    result = run("add", "tiny", "--key-env", "TINY_KEY", "--budget", "0.30")
+    [line] = warned(result)
+    assert line.endswith("; claude-routed/claude-haiku-4-5-20251001 with -o max_tokens 20000 or lower fits, or raise the budget")
+    haiku = "claude-haiku-4-5-20251001"
+    assert quote_for(haiku, max_tokens=20_000).ceiling_nusd <= 300_000_000 < quote_for(haiku, max_tokens=20_001).ceiling_nusd
+
+
+def test_a_budget_below_every_models_window_says_none_fits():
+    result = run("add", "micro", "--key-env", "MICRO_KEY", "--budget", "0.01")
+    [line] = warned(result)
+    assert line.endswith("; no model's window fits it (llm accounts prices), or raise the budget")

@@ -5,7 +5,8 @@ An attempt is admitted only if its whole ceiling fits every limit, so a budget, 
 client cap below the ceiling of a plain ``claude-routed`` prompt can never admit one. That is the
 user's to decide (a small account may be meant for a small model), so ``llm accounts add`` and
 ``status`` warn and never refuse, naming what would fit: a lower ``-o max_tokens`` when the
-model's window alone fits, else a model whose ceiling at its default ``max_tokens`` does.
+model's window alone fits, else a model whose ceiling at its default ``max_tokens`` does, else a
+model whose window fits with a lower ``-o max_tokens``.
 """
 
 import os
@@ -62,9 +63,25 @@ def _what_fits(account, revision, model, unit, limit):
         and _size(quote_for(other.id, revision), unit) <= limit
     ]
     if not fitting:
-        return "no model fits it at its default max_tokens (llm accounts prices)"
+        return _with_lower_max_tokens(account, revision, unit, limit)
     *_, ceiling, best = max(fitting)
     return f"claude-routed/{best} fits ({_ceiling(ceiling, unit)} at its default max_tokens)"
+
+
+def _with_lower_max_tokens(account, revision, unit, limit):
+    """No model fits at its default max_tokens: the model whose window alone fits with the most
+    room for output, a shipped and active one first, and the largest ``-o max_tokens`` that fits."""
+    options = []
+    for other in revision.models.values():
+        if other.status == "retired" or not _serves(account, other.id):
+            continue
+        tokens = largest_max_tokens(other.id, revision, unit, limit)
+        if tokens is not None:
+            options.append((_shipped(revision, other.id), other.status == "active", tokens, other.id))
+    if not options:
+        return "no model's window fits it (llm accounts prices)"
+    *_, tokens, best = max(options)
+    return f"claude-routed/{best} with -o max_tokens {tokens} or lower fits"
 
 
 def largest_max_tokens(model_id, revision, unit, limit):
