@@ -19,33 +19,15 @@ from llm.cli import cli
 from llm_accounts import clock, ledger as ledger_module
 from llm_accounts.declarations import Account
 from llm_accounts.errors import AccountsError
-from llm_accounts.ledger import Complete, Ledger, Refused, Scope, admission, core, postgres, reads
+from llm_accounts.ledger import Complete, Ledger, Scope, admission, core, postgres, reads
 from llm_accounts.money import NANO
 from llm_accounts.pricing import price_book, user_prices
 from llm_accounts.pricing.prices import Quote
 
-UTC = dt.timezone.utc
-T0 = dt.datetime(2026, 11, 10, 12, 0, tzinfo=UTC)
-MODEL = "claude-sonnet-4-5-20250929"
-USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0}
-RATE_LIMITED = Refused("rate_limited", 429, "rate_limit_error", "other", "rate_limited")
-OVERLOADED = Refused("overloaded", 529, "overloaded_error", "other", "provider_outage")
-NOVA = "claude-nova-6"
-REVISION = {
-    "revision": "2026-12-05-mine",
-    "applies_from": "2026-12-05",
-    "sources": ["https://example.com/pricing"],
-    "models": [
-        {
-            "id": NOVA,
-            "display_name": "Claude Nova 6",
-            "context_window": 400000,
-            "max_output": 32000,
-            "status": "active",
-            "rates": {"input": 2000, "write_5m": 2500, "write_1h": 4000, "cache_read": 200, "output": 10000},
-        }
-    ],
-}
+# The re-check's and the price files' own fixtures' values (tests/test_recheck_races.py,
+# tests/test_user_prices.py).
+from test_recheck_races import MODEL, OVERLOADED, RATE_LIMITED, T0, USAGE, UTC
+from test_user_prices import NOVA, REVISION
 
 BENCH = pathlib.Path(__file__).resolve().parent.parent / "bench"
 sys.path.insert(0, str(BENCH))  # bench/mutate.py, for the test of its own targets
