@@ -691,7 +691,7 @@ class Held:
 
 
 def held_summary(held):
-    """"$15.84 held by 2 attempts in flight on alpha and $7.92 by 1 on beta" (then what earlier
+    """"$7.656 held by 2 attempts in flight on alpha and $3.828 by 1 on beta" (then what earlier
     waiting prompts are owed, if any)."""
     parts = [f"{money(h.held_nusd)} held by {_attempts(h.attempts)} in flight on {h.account}" for h in held[:1]]
     parts += [f"{money(h.held_nusd)} by {h.attempts} on {h.account}" for h in held[1:]]

@@ -25,7 +25,7 @@ def _key(kind="api03"):
     return f"sk-ant-{kind}-standin" + "".join(secrets.choice(alphabet) for _ in range(80)) + "AA"
 
 
-# Above the default model's ceiling ($7.92 for claude-sonnet-4-6 at its default max_tokens: `llm
+# Above the default model's ceiling ($3.828 for claude-sonnet-4-6 at its default max_tokens: `llm
 # accounts prices`), so the suggested plain `claude-routed` prompt is admitted (docs/routing.md "Budgets
 # and the ceiling").
 SUGGESTED_BUDGET = "10.00"
