@@ -1037,7 +1037,7 @@ async def test_the_dashboard_as_json_carries_the_same_figures(ds, at_now):
     assert (alpha["status"], alpha["colour"]) == ("ok", dashboard.ACCOUNT_COLOURS[0])
     assert accounts["gamma"]["status"] == "cooling"
     assert {"level": "bad", "label": "Blocked: auth_failed"} in accounts["delta"]["marks"]
-    assert accounts["omega"]["budget_credit_period"] == "2026-10"
+    assert accounts["omega"]["budget_credit_period"] == PREVIOUS_PERIOD  # omega's budget is from the period before NOW's
     days = {day["day"]: day["accounts"] for day in ledger["days"]}
     assert len(days) == 30
     assert days["2026-11-05"]["alpha"]["settled"] == {"nusd": 750_000_000, "usd": "0.750000000"}

@@ -269,6 +269,8 @@ def test_adjust_names_its_signed_rule(delta, monkeypatch, ledger_path):
     from llm_accounts.cli import accounts as accounts_cli
 
     monkeypatch.setenv("ANTHROPIC_ACCOUNTS", json.dumps([{"name": "work", "key_env": "WORK_KEY", "budget_usd": "5"}]))
+    # The --delta rule is checked before the month is read or compared with any clock, so the
+    # month given is only well formed: the refusal is the same whatever today is.
     result = CliRunner().invoke(accounts_cli, ["adjust", "work", "--month", "2027-01", "--delta", delta, "--source", "x"])
     line = one_line(result)
     assert line == (
