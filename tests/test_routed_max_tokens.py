@@ -13,8 +13,6 @@ SONNET_46 = "claude-routed/claude-sonnet-4-6"
 HAIKU_45 = "claude-routed/claude-haiku-4-5"
 
 
-
-
 @pytest.mark.parametrize("model", ["claude-routed", SONNET_46, HAIKU_45, "claude-routed/claude-sonnet-5"])
 def test_a_prompt_without_max_tokens_asks_for_32000(accounts, model):
     llm_ok("-m", model, "Hello")

@@ -53,35 +53,31 @@ def _what_fits(account, revision, model, unit, limit):
     tokens = largest_max_tokens(model.id, revision, unit, limit)
     if tokens is not None:
         return f"-o max_tokens {tokens} or lower fits"
-    # A shipped model first, then an active one, then the largest ceiling that fits: a model only
-    # the user's own price file knows is named only when no shipped model fits (docs/pricing.md
-    # "Small budgets").
-    fitting = [
-        (_shipped(revision, other.id), other.status == "active", _size(quote_for(other.id, revision), unit), other.id)
-        for other in revision.models.values()
-        if other.status != "retired" and _serves(account, other.id)
-        and _size(quote_for(other.id, revision), unit) <= limit
-    ]
-    if not fitting:
-        return _with_lower_max_tokens(account, revision, unit, limit)
-    *_, ceiling, best = max(fitting)
-    return f"claude-routed/{best} fits ({_ceiling(ceiling, unit)} at its default max_tokens)"
-
-
-def _with_lower_max_tokens(account, revision, unit, limit):
-    """No model fits at its default max_tokens: the model whose window alone fits with the most
-    room for output, a shipped and active one first, and the largest ``-o max_tokens`` that fits."""
-    options = []
-    for other in revision.models.values():
-        if other.status == "retired" or not _serves(account, other.id):
-            continue
-        tokens = largest_max_tokens(other.id, revision, unit, limit)
-        if tokens is not None:
-            options.append((_shipped(revision, other.id), other.status == "active", tokens, other.id))
-    if not options:
+    candidates = _candidates(account, revision)
+    ceilings = ((other, _size(quote_for(other.id, revision), unit)) for other in candidates)
+    fitting = [(*_preferred(revision, other), size, other.id) for other, size in ceilings if size <= limit]
+    if fitting:
+        *_, ceiling, best = max(fitting)
+        return f"claude-routed/{best} fits ({_ceiling(ceiling, unit)} at its default max_tokens)"
+    # No model fits at its default max_tokens: the one whose window alone fits with the most room
+    # for output, and the largest -o max_tokens that fits it.
+    room = ((other, largest_max_tokens(other.id, revision, unit, limit)) for other in candidates)
+    lower = [(*_preferred(revision, other), tokens, other.id) for other, tokens in room if tokens is not None]
+    if not lower:
         return "no model's window fits it (llm accounts prices)"
-    *_, tokens, best = max(options)
+    *_, tokens, best = max(lower)
     return f"claude-routed/{best} with -o max_tokens {tokens} or lower fits"
+
+
+def _candidates(account, revision):
+    """The models a warning may name: not retired, and served by the account."""
+    return [other for other in revision.models.values() if other.status != "retired" and _serves(account, other.id)]
+
+
+def _preferred(revision, model):
+    """A shipped model first, then an active one: a model only the user's own price file knows is
+    named only when no shipped model fits (docs/pricing.md "Small budgets")."""
+    return _shipped(revision, model.id), model.status == "active"
 
 
 def largest_max_tokens(model_id, revision, unit, limit):
