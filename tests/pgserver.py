@@ -112,3 +112,67 @@ class Server:
                 self._run(os.path.join(self.bin, "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def pgbouncer_binary():
+    """PgBouncer's binary (Debian's ``pgbouncer`` puts it in /usr/sbin), or None."""
+    found = shutil.which("pgbouncer")
+    if found is None and os.access("/usr/sbin/pgbouncer", os.X_OK):
+        found = "/usr/sbin/pgbouncer"
+    return found
+
+
+class Bouncer:
+    """PgBouncer in transaction mode in front of ``server``, for its database ``dbname``, with
+    ``pool_size`` server sessions: the pooler a fleet of ``llm`` processes connects through
+    (docs/postgresql.md), handing each transaction a server session that earlier processes used.
+    ``start()`` returns None where ``pgbouncer`` is not installed; ``pid`` is the pooler's."""
+
+    def __init__(self, server, dbname, pool_size=2):
+        self.server, self.dbname, self.pool_size = server, dbname, pool_size
+        self.process = self.port = self.pid = None
+
+    def start(self):
+        import time
+
+        binary = pgbouncer_binary()
+        if binary is None:
+            return None
+        self.port = _free_port()
+        ini, users = self.server.dir / "pgbouncer.ini", self.server.dir / "pgbouncer-users.txt"
+        users.write_text('"postgres" ""\n')
+        ini.write_text(
+            f"[databases]\n{self.dbname} = host=127.0.0.1 port={self.server.port} dbname={self.dbname} user=postgres\n"
+            f"[pgbouncer]\nlisten_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\nauth_type = trust\n"
+            f"auth_file = {users}\npool_mode = transaction\ndefault_pool_size = {self.pool_size}\n"
+            f"ignore_startup_parameters = extra_float_digits\npidfile = {self.server.dir}/pgbouncer.pid\n"
+            f"logfile = {self.server.dir}/pgbouncer.log\n"
+        )
+        if self.server.prefix:  # it refuses to run as root: as the server's user
+            entry = pwd.getpwnam(USER)
+            for path in (ini, users):
+                os.chown(path, entry.pw_uid, entry.pw_gid)
+        self.process = subprocess.Popen([*self.server.prefix, binary, str(ini)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, env=_clean_env())
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
+                self.pid = int((self.server.dir / "pgbouncer.pid").read_text())
+                return self
+            except (OSError, ValueError):
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    log = self.server.dir / "pgbouncer.log"
+                    raise RuntimeError("pgbouncer did not start: " + (log.read_text()[-500:] if log.exists() else ""))
+                time.sleep(0.05)
+
+    @property
+    def url(self):
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.dbname}"
+
+    def stop(self):
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait()
+            self.process = None

@@ -122,8 +122,10 @@ def test_a_settlement_overtaken_between_its_read_and_its_write_reads_again(ledge
 
 
 def test_a_session_keeps_working_after_a_message_failed_past_a_prepare(ledger, pg_url, monkeypatch):
-    # A message whose statement failed after a PREPARE ahead of it ran: the statement is
-    # prepared again under a new name the next time, never under one the server already has.
+    # A message whose statement failed after a PREPARE ahead of it ran: PREPARE is not undone
+    # with the transaction, so before its next use the session asks whether the server kept it,
+    # and runs it by name rather than preparing a name the server already has (which would fail
+    # the message and leave the session inline for good).
     from llm_accounts import ledger as ledger_module
 
     monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.3)
@@ -137,6 +139,28 @@ def test_a_session_keeps_working_after_a_message_failed_past_a_prepare(ledger, p
         other._backend.rollback(other._conn)
         assert short.settle("a1", Complete(12_345, USAGE, MODEL), now=NOW) == "settled"
     assert month(ledger) == (12_345, 0)
+
+
+def test_a_statement_prepared_in_a_message_that_failed_runs_by_name_afterwards(ledger, pg_url, monkeypatch, messages):
+    # The PREPARE ahead of the lock that timed out stays on the server though its transaction
+    # failed. Preparing that name again would fail the next message whole and leave the session
+    # inline for good; the session asks the server first, and runs the statement by name.
+    from llm_accounts import ledger as ledger_module
+
+    monkeypatch.setattr(ledger_module, "BUSY_TIMEOUT_S", 0.3)
+    with Ledger(pg_url) as short, Ledger(pg_url) as other:
+        short.reserve(Scope("conversation", "c2"), "a2", QUOTE, [WORK], now=NOW)  # sent once, inline
+        other._backend.begin(other._conn, True)
+        other._backend.lock_account(other._conn, "anthropic", "work")
+        other._conn.send()
+        del messages[:]
+        with pytest.raises(Exception) as caught:  # its second use: prepared, then the lock waits
+            short.reserve(Scope("conversation", "c3"), "a3", QUOTE, [WORK], now=NOW)
+        assert getattr(caught.value, "code", None) == "ledger_busy" and "PREPARE" in messages[-1]
+        other._backend.rollback(other._conn)
+        short.reserve(Scope("conversation", "c4"), "a4", QUOTE, [WORK], now=NOW)
+        assert short._conn._prepare and "EXECUTE" in messages[-1]
+    assert month(ledger) == (0, 3_000_000)
 
 
 def test_a_session_whose_statements_the_server_lost_sends_its_messages_inline(ledger, messages):

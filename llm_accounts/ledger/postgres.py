@@ -41,7 +41,6 @@ this package (docs/architecture.md "The write path"), the same on both backends;
 
 import decimal
 import hashlib
-import os
 import re
 
 import psycopg
@@ -197,16 +196,31 @@ class Connection:
         self._sent = False  # whether this transaction has sent anything yet
         self._writing = False
         self._prepare = True  # False once the server lost this session's statements (``send``)
-        self._token = os.urandom(4).hex()  # in every name: another session's never collides
         self._shared = None  # the ledger's shared lock, held back to go with the first lock taken
-        self._statements = {}  # (query, parameter types) -> the name this session prepared it as
-        self._named = 0
+        self._statements = {}  # (query, parameter types) -> the name it runs as on the server
+        self._names = {}  # (query, parameter types) -> its name (``_name``), worked out once
+        self._given = set()  # every name this session sent a PREPARE for (``PREPARED_LIMIT``)
         self._seen = set()  # statement keys sent once, unprepared (``_prepared``)
+        self._unsure = {}  # name -> key, prepared in a message that failed (``_resolve``)
+        # Set on open (``opened``): the schema, in every name; whether the server session served
+        # a ledger session before this one (a pooler's), and the statements it has.
+        self._schema, self._reused, self._on_server = "", False, frozenset()
         self._transformer = Transformer(raw)
+
+    def opened(self, schema_name, reused, names):
+        """What the open learnt of the server session (``PostgresBackend._prepare``). A session a
+        pooler hands from process to process (``reused``) keeps the statements earlier processes
+        prepared: this one runs them by name, its reads too, and prepares a statement at its
+        first use, so the next process finds it (docs/performance.md "Fleet")."""
+        self._schema, self._reused, self._on_server = schema_name, reused, frozenset(names)
+        if reused:
+            self.raw.prepare_threshold = None  # its reads go by name (``execute``), not psycopg's
 
     def execute(self, sql, params=()):
         if self._held is None:
             query, values = translate(sql, params)
+            if self._reused and self._prepare and values and self.raw.info.transaction_status == TransactionStatus.IDLE:
+                return self._send_prepared([Held(self, query, values)])
             try:
                 return self.raw.execute(query, values)
             except psycopg.Error as error:
@@ -270,6 +284,14 @@ class Connection:
         first, self._sent = not self._sent, True
         if not (first and self._writing and self._prepare):
             return self._send(held, False)
+        return self._send_prepared(held)
+
+    def _send_prepared(self, held):
+        """``_send`` with its statements prepared or run by name, sent again inline where the
+        server no longer has them; the server session is idle before it (nothing of the
+        transaction was sent yet)."""
+        if self._unsure:
+            self._resolve()
         try:
             return self._send(held, True)
         except psycopg.Error as error:
@@ -279,6 +301,14 @@ class Connection:
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
             rollback(self.raw)  # the message began the transaction: nothing was written
         return self._send(held, False)
+
+    def _resolve(self):
+        """Ask which statements prepared in a message that failed the server kept (PREPARE is not
+        undone with its transaction): those run by name, the others are prepared again."""
+        names, self._unsure = self._unsure, {}
+        kept = {row[0] for row in self.raw.execute(
+            "SELECT name FROM pg_prepared_statements WHERE name = ANY(%s)", (list(names),))}
+        self._statements.update((key, name) for name, key in names.items() if name in kept)
 
     def _stop_preparing(self):
         """The server lost this session's prepared statements (a pooler): neither this
@@ -301,10 +331,13 @@ class Connection:
                 literal = self._transformer.as_literal
                 parts.append(f"EXECUTE {name} ({', '.join(literal(v).decode() for v in h.taken)})")
             results.append(h)
-        cursor.execute(";\n".join(parts))
-        # Known once the message succeeded. After a failure a PREPARE ahead of the failing
-        # statement may have run: the next use prepares again under a new name, never a taken one.
-        self._statements.update(preparing)
+        try:
+            cursor.execute(";\n".join(parts))
+        except psycopg.Error:
+            # A PREPARE ahead of the failing statement may have run: asked before the next one.
+            self._unsure.update((name, key) for key, name in preparing)
+            raise
+        self._statements.update(preparing)  # known once the message succeeded
         for i, h in enumerate(results):
             if i:
                 cursor.nextset()
@@ -316,9 +349,7 @@ class Connection:
         """``(name, PREPARE text or None)`` for a held statement, or ``(None, None)`` to send it
         inline (no parameters, or one psycopg would not type). Sets ``held.taken``, the values
         its ``EXECUTE`` passes."""
-        # Every name given counts: a PREPARE in a message that failed stays on the server
-        # (PREPARE is not undone with its transaction) though ``_statements`` never learns it.
-        if not held.values or self._named >= PREPARED_LIMIT:
+        if not held.values:
             return None, None
         text, taken = _numbered(held.query, held.values)
         if not taken:
@@ -334,14 +365,21 @@ class Connection:
         name = self._statements.get(key) or preparing.get(key)
         if name is not None:
             return name, None
-        if key not in self._seen and len(self._seen) < SEEN_LIMIT:
+        name = self._names.get(key)
+        if name is None:
+            name = self._names[key] = _name(self._schema, text, types)
+        if name in self._on_server and name not in self._unsure:
+            self._statements[key] = name  # an earlier process prepared it on this server session
+            return name, None
+        if not self._reused and key not in self._seen and len(self._seen) < SEEN_LIMIT:
             # Prepared the second time this session sends it: a process that makes one admission
-            # (an ``llm`` prompt) sends its statements once, and preparing them would cost the
-            # server more than it saves (docs/performance.md "Fleet").
+            # (an ``llm`` prompt) on a connection of its own sends its statements once, and
+            # preparing them would cost the server more than it saves (docs/performance.md "Fleet").
             self._seen.add(key)
             return None, None
-        self._named += 1
-        name = f"llm_accounts_{self._token}_{self._named}"
+        if name not in self._given and len(self._given) + len(self._on_server) >= PREPARED_LIMIT:
+            return None, None  # what a server session a pooler keeps holds is bounded too
+        self._given.add(name)
         return name, f"PREPARE {name} ({', '.join(types)}) AS {text}"
 
     def commit(self):
@@ -367,9 +405,23 @@ class Connection:
         self.raw.close()
 
 
-# A session prepares at most this many statements; past it, new ones are sent inline. The write
-# path has a few dozen shapes; a notebook's own queries should not grow the server's memory.
+# A session prepares at most this many statements, counting those it found on a server session
+# a pooler handed it; past it, new ones are sent inline. The write path has a few dozen shapes; a
+# notebook's own queries, or a pooled server session's many processes, should not grow the
+# server's memory.
 PREPARED_LIMIT = 256
+PREFIX = "llm_accounts_"  # every statement the ledger prepares is named so (``_name``)
+
+
+def _name(schema_name, text, types):
+    """A prepared statement's name: the same for the same statement over the same schema in every
+    process, so a server session a pooler hands from one process to the next (PgBouncer in
+    transaction mode) serves each the statements an earlier one prepared. Another statement gets
+    another name, and so does another schema's: PostgreSQL parses a prepared statement again
+    whenever the search_path changed since its last use, so one name shared by two schemas on a
+    server session would be parsed and planned anew at each turn."""
+    digest = hashlib.blake2b(f"{schema_name}\0{', '.join(types)}\0{text}".encode(), digest_size=12).hexdigest()
+    return f"{PREFIX}{digest}"
 SEEN_LIMIT = 4096  # statements remembered as sent once; past it, the next new one is prepared at once
 # invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
 # the session prepared (a pooler handing it another server connection); feature_not_supported:
@@ -822,14 +874,19 @@ class PostgresBackend:
     def _prepare(self, conn, timeout):
         raw = conn.raw
         # One exchange: the schema's name and its ledger's stamp (no lock to wait for; psycopg keeps
-        # the first result), then the session's bounds for every statement after it.
-        schema_name, stamp = raw.execute(
+        # the first result), whether a ledger session ran on this server session before (a
+        # pooler's) and then the statements it left prepared; the session's bounds for every
+        # statement after it, and the mark the next ledger session on it will find.
+        schema_name, stamp, names = raw.execute(
             f"SELECT current_schema(), obj_description(to_regclass(quote_ident(current_schema()) || '.{META_TABLE}'), "
-            f"'pg_class'); {_bounds(timeout, timeout)}; {GENERIC_PLANS}"
+            f"'pg_class'), CASE WHEN current_setting('{SERVED}', true) = 'on' THEN ARRAY(SELECT name FROM "
+            f"pg_prepared_statements WHERE starts_with(name, '{PREFIX}')) END; "
+            f"{_bounds(timeout, timeout)}; {GENERIC_PLANS}; SET {SERVED} = 'on'"
         ).fetchone()
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
+        conn.opened(schema_name, names is not None, names or ())
         lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
         self._ledger_key = lock_key(schema_name)
         self._space = lock_space(schema_name)
@@ -970,6 +1027,9 @@ class PostgresBackend:
 # first five executions was half of an admission's server CPU in a new session (docs/performance.md
 # "Fleet"). A statement sent inline (a report, a process's first admission) is planned as before.
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+# A mark each ledger session leaves on its server session: a later session that finds it was
+# handed a server session by a pooler, with the statements earlier ones prepared (``opened``).
+SERVED = "llm_accounts.served"
 
 
 def _bounds(lock_s, statement_s, local=False):
