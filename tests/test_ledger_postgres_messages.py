@@ -234,3 +234,20 @@ def test_a_settlement_writes_each_totals_row_once(ledger):
                for name, (ins, upd) in after.items()}
     assert written == {"day": (0, 1), "month_outcome": (1, 1), "month_model": (0, 1),
                        "month_conversation": (0, 1), "month_conversation_total": (0, 1)}
+
+
+def test_a_write_planned_in_its_message_takes_its_joins_in_the_order_written_for_that_transaction_only(
+    ledger, pg_url, messages
+):
+    # Where the server plans a write's statements (sent inline, or prepared), the planner takes
+    # their joins as written instead of searching; a message of prepared statements plans
+    # nothing, and the session's own setting (the reports' plans) is left as it was.
+    with Ledger(pg_url) as fresh:
+        del messages[:]
+        for n in (2, 3, 4):
+            fresh.reserve(Scope("conversation", f"c{n}"), f"a{n}", QUOTE, [WORK], now=NOW)
+        inline, preparing, prepared = messages[1], messages[3], messages[5]
+        assert "SET LOCAL join_collapse_limit = 1" in inline and "SET LOCAL join_collapse_limit = 1" in preparing
+        assert "join_collapse_limit" not in prepared
+        assert fresh._conn.raw.execute("SHOW join_collapse_limit").fetchone()[0] == "8"
+    assert ledger.attempt_count(account="work") == 4

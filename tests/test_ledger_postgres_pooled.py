@@ -81,8 +81,8 @@ def test_a_process_through_a_pooler_runs_by_name_what_earlier_processes_prepared
     admit(pooled, 2)  # finds the session served before: prepares each statement at its first use
     del messages[:]
     admit(pooled, 3)
-    opening, work = messages[0], messages[1:]
-    assert "PREPARE" not in opening
+    opening, asking, work = messages[0], messages[1], messages[2:]
+    assert "PREPARE" not in opening and "pg_prepared_statements" in asking  # asked on a served session only
     assert work and all("EXECUTE llm_accounts_" in m and "PREPARE" not in m for m in work)
     assert month(pooled) == (3 * COST, 0)
 

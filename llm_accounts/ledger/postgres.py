@@ -282,25 +282,26 @@ class Connection:
         session prepares nothing more."""
         held, self._held = self._held, []
         first, self._sent = not self._sent, True
-        if not (first and self._writing and self._prepare):
-            return self._send(held, False)
-        return self._send_prepared(held)
+        ordered = first and self._writing
+        if not (ordered and self._prepare):
+            return self._send(held, False, ordered)
+        return self._send_prepared(held, ordered)
 
-    def _send_prepared(self, held):
+    def _send_prepared(self, held, ordered=False):
         """``_send`` with its statements prepared or run by name, sent again inline where the
         server no longer has them; the server session is idle before it (nothing of the
         transaction was sent yet)."""
         if self._unsure:
             self._resolve()
         try:
-            return self._send(held, True)
+            return self._send(held, True, ordered)
         except psycopg.Error as error:
             if getattr(error, "sqlstate", None) not in LOST:
                 raise
         self._stop_preparing()
         if self.raw.info.transaction_status != TransactionStatus.IDLE:
             rollback(self.raw)  # the message began the transaction: nothing was written
-        return self._send(held, False)
+        return self._send(held, False, ordered)
 
     def _resolve(self):
         """Ask which statements prepared in a message that failed the server kept (PREPARE is not
@@ -316,21 +317,32 @@ class Connection:
         self._prepare = False
         self.raw.prepare_threshold = None
 
-    def _send(self, held, prepare):
+    def _send(self, held, prepare, ordered=False):
+        """Send ``held`` as one message. ``ordered``: the first message of a write transaction,
+        whose statements the server plans in it (sent inline or prepared; the totals trigger's the
+        first time a session runs it) are planned with their joins in the order written
+        (``ORDER_AS_WRITTEN``)."""
         cursor = psycopg.ClientCursor(self.raw)
         parts, results, preparing = [], [], []
+        planned = False
         for h in held:
             name, text = self._prepared(h, dict(preparing)) if prepare else (None, None)
             if name is None:
                 parts.append(cursor.mogrify(h.query, h.values))
+                planned = planned or bool(h.values)
             else:
                 if text is not None:
                     parts.append(text)
                     results.append(None)
                     preparing.append((h.key, name))
+                    planned = True
                 literal = self._transformer.as_literal
                 parts.append(f"EXECUTE {name} ({', '.join(literal(v).decode() for v in h.taken)})")
             results.append(h)
+        if ordered and planned:
+            at = 1 if held and held[0].query == "BEGIN" else 0  # SET LOCAL: inside the transaction
+            parts[at:at] = ORDER_AS_WRITTEN
+            results[at:at] = [None] * len(ORDER_AS_WRITTEN)
         try:
             cursor.execute(";\n".join(parts))
         except psycopg.Error:
@@ -411,6 +423,12 @@ class Connection:
 # server's memory.
 PREPARED_LIMIT = 256
 PREFIX = "llm_accounts_"  # every statement the ledger prepares is named so (``_name``)
+# Where a write transaction's statements are planned (a process's first admission, a statement's
+# preparing), the planner takes their joins in the order written rather than searching for one:
+# each joins rows found by key, starting from the row the statement is about, so no other order is
+# better, and the search was a tenth of a new server session's CPU for its first admission
+# (docs/performance.md "Fleet"). Local to the transaction: reports plan as before.
+ORDER_AS_WRITTEN = ["SET LOCAL join_collapse_limit = 1", "SET LOCAL from_collapse_limit = 1"]
 
 
 def _name(schema_name, text, types):
@@ -874,19 +892,23 @@ class PostgresBackend:
     def _prepare(self, conn, timeout):
         raw = conn.raw
         # One exchange: the schema's name and its ledger's stamp (no lock to wait for; psycopg keeps
-        # the first result), whether a ledger session ran on this server session before (a
-        # pooler's) and then the statements it left prepared; the session's bounds for every
-        # statement after it, and the mark the next ledger session on it will find.
-        schema_name, stamp, names = raw.execute(
+        # the first result) and whether a ledger session ran on this server session before (a
+        # pooler's); the session's bounds for every statement after it, and the mark the next
+        # ledger session on it will find.
+        schema_name, stamp, served = raw.execute(
             f"SELECT current_schema(), obj_description(to_regclass(quote_ident(current_schema()) || '.{META_TABLE}'), "
-            f"'pg_class'), CASE WHEN current_setting('{SERVED}', true) = 'on' THEN ARRAY(SELECT name FROM "
-            f"pg_prepared_statements WHERE starts_with(name, '{PREFIX}')) END; "
+            f"'pg_class'), current_setting('{SERVED}', true); "
             f"{_bounds(timeout, timeout)}; {GENERIC_PLANS}; SET {SERVED} = 'on'"
         ).fetchone()
         if schema_name is None:
             raise self.unavailable("its search_path names no schema that exists, so there is nowhere to find the ledger")
         self.schema_name = schema_name
-        conn.opened(schema_name, names is not None, names or ())
+        if served == "on":  # only then: a new server session would pay for planning the view
+            names = [row[0] for row in raw.execute(
+                f"SELECT name FROM pg_prepared_statements WHERE starts_with(name, '{PREFIX}')")]
+            conn.opened(schema_name, True, names)
+        else:
+            conn.opened(schema_name, False, ())
         lock_timeout = f"SET LOCAL lock_timeout = '{max(1, int(timeout * 1000))}ms'"
         self._ledger_key = lock_key(schema_name)
         self._space = lock_space(schema_name)
