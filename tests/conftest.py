@@ -208,6 +208,32 @@ def pg_url(pg_server):
         conn.execute(f"DROP SCHEMA {name} CASCADE")
 
 
+@pytest.fixture
+def pg_pooled_url(pg_server):
+    """A ``postgresql://`` URL of a new database's ledger through PgBouncer in transaction mode
+    with one server session (tests/pgserver.py ``Bouncer``), as a fleet of short processes is
+    served (docs/postgresql.md). Skipped where PgBouncer is not installed, but in CI."""
+    import uuid
+
+    import pgserver
+    import psycopg
+
+    if pgserver.pgbouncer_binary() is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("CI: no pgbouncer binary; .ci/run installs Debian's pgbouncer", pytrace=False)
+        pytest.skip("no pgbouncer binary (Debian: apt-get install pgbouncer)")
+    dbname = f"pooled_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_server.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {dbname}")
+    bouncer = pgserver.Bouncer(pg_server, dbname, pool_size=1).start()
+    try:
+        yield bouncer.url
+    finally:
+        bouncer.stop()
+        with psycopg.connect(pg_server.url, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def ledger_location(request, tmp_path):
     """Where a ledger test's ledger lives, once per backend: a new SQLite file, or a new schema

@@ -10,7 +10,6 @@ The pooler keeps one server session, so every connection here lands on the same 
 """
 
 import datetime as dt
-import os
 import uuid
 
 import psycopg
@@ -30,24 +29,8 @@ COST = 12_345
 
 
 @pytest.fixture
-def pooled(pg_server):
-    """The URL of a new database's ledger through PgBouncer (transaction mode, one server session)."""
-    import pgserver
-
-    if pgserver.pgbouncer_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI: no pgbouncer binary; .ci/run installs Debian's pgbouncer", pytrace=False)
-        pytest.skip("no pgbouncer binary (Debian: apt-get install pgbouncer)")
-    dbname = f"pooled_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_server.url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {dbname}")
-    bouncer = pgserver.Bouncer(pg_server, dbname, pool_size=1).start()
-    try:
-        yield bouncer.url
-    finally:
-        bouncer.stop()
-        with psycopg.connect(pg_server.url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {dbname} WITH (FORCE)")
+def pooled(pg_pooled_url):
+    return pg_pooled_url
 
 
 @pytest.fixture

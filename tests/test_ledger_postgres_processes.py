@@ -204,6 +204,25 @@ def test_eight_machines_never_admit_past_a_small_budget_and_lose_no_row(tmp_path
     assert sampled["peak"] <= BUDGET
 
 
+def test_eight_machines_through_a_pooler_never_admit_past_a_small_budget(tmp_path, pg_pooled_url, machines):
+    # PgBouncer in transaction mode (docs/postgresql.md): eight processes share one server
+    # session, each handed it per transaction, running the statements others prepared on it.
+    Ledger(pg_pooled_url).close()
+    spenders = [machines.start("spend", pg_pooled_url, index, BUDGET, CEILING) for index in range(8)]
+    machines.release()
+    outputs = [machines.finish(spender) for spender in spenders]
+    admitted = {line.split()[1]: int(line.split()[2]) for lines in outputs for line in lines if line.startswith("admitted")}
+    with Ledger(pg_pooled_url) as ledger:
+        rows = {row["id"]: row for row in ledger.attempts()}
+        assert set(rows) == set(admitted)
+        total = sum(r["cost_nusd"] for r in rows.values() if r["state"] == "settled") + sum(
+            r["ceiling_nusd"] for r in rows.values() if r["state"] == "open"
+        )
+        assert ledger.audit() == []
+    assert BUDGET - CEILING < total <= BUDGET
+    assert len(admitted) > 20
+
+
 def test_two_groups_of_machines_on_disjoint_accounts_interleave_and_never_admit_past_either_budget(tmp_path, url, machines):
     """Admissions serialize per account (docs/architecture.md "Ledger on PostgreSQL"): three
     machines spending on ``left`` and three on ``right`` interleave in the ledger's admission

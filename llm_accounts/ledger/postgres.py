@@ -177,6 +177,7 @@ def rollback(raw):
 
 
 _WRITE = re.compile(r"\s*(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
+_PREPARABLE = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|VALUES)\b", re.IGNORECASE)  # what PREPARE takes
 
 
 class Connection:
@@ -361,7 +362,7 @@ class Connection:
         """``(name, PREPARE text or None)`` for a held statement, or ``(None, None)`` to send it
         inline (no parameters, or one psycopg would not type). Sets ``held.taken``, the values
         its ``EXECUTE`` passes."""
-        if not held.values:
+        if not held.values or not _PREPARABLE.match(held.query):
             return None, None
         text, taken = _numbered(held.query, held.values)
         if not taken:
