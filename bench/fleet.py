@@ -736,9 +736,6 @@ def hand_written(raw, n, tag, month, day):
             cursor.execute(";\n".join(["BEGIN", *(cursor.mogrify(sql, values) for sql in statements), "COMMIT"]))
 
 
-COLD_DIRECT_GOAL = 2.0  # a cold process on a direct connection, against its floor (docs/performance.md)
-
-
 def floors(pg, admissions, rounds, cold):
     """Server CPU per admission against its floors, in ``rounds`` rounds (the arms in turn in each,
     so drift in the machine touches each alike); the goals are ratios of the same round:
@@ -864,13 +861,14 @@ def floors(pg, admissions, rounds, cold):
             print(f"| {label} | {median[name] * 1000:.3f} |")
     if bouncer is None:
         print("| cold process through PgBouncer | skipped: no pgbouncer binary (Debian: apt-get install pgbouncer) |")
-    # A direct connection's cold process against its floor: the same rows written by hand from a
-    # new connection already cost more than 3 x a warm admission (docs/performance.md "Fleet").
+    # On a direct connection the 3 x goal is below the floor: the same rows written by hand from a
+    # new connection already cost more than 3 x a warm admission (docs/performance.md "Fleet"), so
+    # the cold process is shown against that floor too, with no goal of its own.
     rows = [("warm admission / hand-written rows", [w / h for w, h in zip(figures["warm"], figures["hand"])], 1.5),
-            ("cold process / warm admission, direct connection", [c / w for c, w in zip(figures["cold"], figures["warm"])], None),
+            ("cold process / warm admission, direct connection", [c / w for c, w in zip(figures["cold"], figures["warm"])], 3.0),
             ("the floor: cold hand-written rows / warm admission", [c / w for c, w in zip(figures["cold hand"], figures["warm"])], None),
             ("cold process / cold hand-written rows, direct connection",
-             [c / h for c, h in zip(figures["cold"], figures["cold hand"])], COLD_DIRECT_GOAL)]
+             [c / h for c, h in zip(figures["cold"], figures["cold hand"])], None)]
     if bouncer is not None:
         rows += [("cold process through PgBouncer / warm admission (server)",
                   [c / w for c, w in zip(figures["pooled"], figures["warm"])], 3.0),
