@@ -209,6 +209,22 @@ def pg_url(pg_server):
 
 
 @pytest.fixture
+def pg_messages(monkeypatch):
+    """The text of every message psycopg sends from now on, in order: each ``execute`` on a
+    psycopg cursor sends one message and waits for its answer."""
+    import psycopg
+
+    sent, execute = [], psycopg.Cursor.execute
+
+    def recording(cursor, query, *args, **kwargs):
+        sent.append(str(query))
+        return execute(cursor, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+    return sent
+
+
+@pytest.fixture
 def pg_pooled_url(pg_server):
     """A ``postgresql://`` URL of a new database's ledger through PgBouncer in transaction mode
     with one server session (tests/pgserver.py ``Bouncer``), as a fleet of short processes is

@@ -13,7 +13,6 @@ its answer.
 import datetime as dt
 import threading
 
-import psycopg
 import pytest
 
 from llm_accounts.declarations import Account
@@ -35,16 +34,8 @@ def ledger(pg_url):
 
 
 @pytest.fixture
-def messages(monkeypatch):
-    """The text of every message psycopg sends from now on, in order."""
-    sent, execute = [], psycopg.Cursor.execute
-
-    def recording(cursor, query, *args, **kwargs):
-        sent.append(str(query))
-        return execute(cursor, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
-    return sent
+def messages(pg_messages):
+    return pg_messages
 
 
 def takes_the_account_lock(message):
