@@ -298,12 +298,15 @@ def test_one_half_open_probe_is_admitted_across_all_machines(url, machines):
         assert len(ledger.open_attempts()) == 2  # a0 and the one probe: no refused racer left a row
 
 
-def test_eight_llm_processes_on_eight_machines_never_admit_past_a_postgresql_budget(pg_url, tmp_path):
+@pytest.mark.parametrize("through", ["direct", "pooler"])
+def test_eight_llm_processes_on_eight_machines_never_admit_past_a_postgresql_budget(request, through, tmp_path):
     """``llm -m claude-routed`` from eight processes, each with its own llm user directory (its own
     accounts.json and keys.json: separate machines), routed through one PostgreSQL ledger on a
     budget with room for two Haiku ceilings at a time: no committed state ever exceeds it, every
     prompt either answered or was refused with budget_exhausted, and every answer is one settled
-    attempt the stand-in saw."""
+    attempt the stand-in saw. Connected directly, and through PgBouncer in transaction mode
+    (docs/postgresql.md), where a waiting prompt is woken by its fallback instead of LISTEN."""
+    pg_url = request.getfixturevalue("pg_url" if through == "direct" else "pg_pooled_url")
     import threading
     import time
 
