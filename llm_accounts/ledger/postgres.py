@@ -27,6 +27,10 @@ this package (docs/architecture.md "The write path"), the same on both backends;
   statement instead, under the same lock bound. Connecting is bounded by libpq's
   ``connect_timeout``. SQLSTATE 55P03 (lock_not_available), 57014 (query_canceled), 40P01 and
   40001 are ``ledger_busy`` (docs/architecture.md "Ledger on PostgreSQL");
+- prepares a statement at its second use in a session, under a name made from its text, its
+  parameter types and the schema, so that through a pooler (PgBouncer in transaction mode) a
+  process runs by name what earlier processes prepared on the server session it is handed
+  (docs/postgresql.md "Many short processes: a pooler");
 - speaks the dialect: the rules' SQLite-style ``?``, ``?N`` and ``:name`` parameters are rewritten
   to psycopg's, rows answer by name and by position like ``sqlite3.Row``, ``SUM`` of ``bigint``
   (``numeric``) comes back as ``int``, and the admission order SQLite keeps in ``rowid`` is the
@@ -277,10 +281,11 @@ class Connection:
         (``PREPARE`` goes ahead of its second use), so the server parses it once per session as
         psycopg's own prepared statements do, rather than the whole text each time, while a
         process that sends it once (one admission) never pays for preparing it; its parameters
-        get the types psycopg would send (``_prepared``). Where the server no longer
-        has them (a pooler such as PgBouncer in transaction mode hands each transaction another
-        server connection), the message failed whole, so it is sent again inline, and this
-        session prepares nothing more."""
+        get the types psycopg would send (``_prepared``). On a server session a pooler handed
+        over, statements an earlier process prepared run by name and the others are prepared at
+        their first use (``opened``). Where the server no longer has them (a pooler such as
+        PgBouncer in transaction mode handed this transaction another server session), the
+        message failed whole, so it is sent again inline, and this session prepares nothing more."""
         held, self._held = self._held, []
         first, self._sent = not self._sent, True
         ordered = first and self._writing
@@ -381,7 +386,7 @@ class Connection:
         name = self._names.get(key)
         if name is None:
             name = self._names[key] = _name(self._schema, text, types)
-        if name in self._on_server and name not in self._unsure:
+        if name in self._on_server:
             self._statements[key] = name  # an earlier process prepared it on this server session
             return name, None
         if not self._reused and key not in self._seen and len(self._seen) < SEEN_LIMIT:
@@ -430,6 +435,16 @@ PREFIX = "llm_accounts_"  # every statement the ledger prepares is named so (``_
 # better, and the search was a tenth of a new server session's CPU for its first admission
 # (docs/performance.md "Fleet"). Local to the transaction: reports plan as before.
 ORDER_AS_WRITTEN = ["SET LOCAL join_collapse_limit = 1", "SET LOCAL from_collapse_limit = 1"]
+SEEN_LIMIT = 4096  # statements remembered as sent once; past it, the next new one is prepared at once
+# invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
+# the session prepared (a pooler handing it another server connection); feature_not_supported:
+# "cached plan must not change result type", a statement over ``SELECT *`` prepared before
+# another build added a column on open. Either way the statement did not run.
+LOST = ("26000", "42P05", "0A000")
+# The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
+# infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
+_OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
+PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
 
 
 def _name(schema_name, text, types):
@@ -441,16 +456,6 @@ def _name(schema_name, text, types):
     server session would be parsed and planned anew at each turn."""
     digest = hashlib.blake2b(f"{schema_name}\0{', '.join(types)}\0{text}".encode(), digest_size=12).hexdigest()
     return f"{PREFIX}{digest}"
-SEEN_LIMIT = 4096  # statements remembered as sent once; past it, the next new one is prepared at once
-# invalid_sql_statement_name, duplicate_prepared_statement: the server lost, or never had, what
-# the session prepared (a pooler handing it another server connection); feature_not_supported:
-# "cached plan must not change result type", a statement over ``SELECT *`` prepared before
-# another build added a column on open. Either way the statement did not run.
-LOST = ("26000", "42P05", "0A000")
-# The types psycopg gives the values it sends (int by magnitude, str as unknown so the server
-# infers it, as it does for NULL): a prepared statement declares the same, so it means the same.
-_OID_TYPES = {0: "unknown", 21: "smallint", 23: "integer", 20: "bigint", 1700: "numeric"}
-PLACEHOLDER = re.compile(r"%%|%s|%\((\w+)\)s")
 
 
 _numbering = {}
