@@ -44,6 +44,11 @@ clients share them; a measured ratio near it says the run was CPU-bound. Waits: 
 arm (so the sampling loads each alike), counted for the ledger's connections (application_name ``llm-accounts``): a wait event, or
 ``CPU`` for an active backend not waiting, or ``ClientRead (idle in transaction)`` for a backend
 holding a transaction open while it waits for its client.
+
+Floors (``--floors``): one process's server CPU per admission against the same rows written by
+hand, and a cold process (connect, open, one admission) against a warm admission: on a direct
+connection beside its floor (the rows written by hand from a new connection), and through
+PgBouncer in transaction mode where it is installed (docs/postgresql.md).
 """
 
 import argparse
@@ -1000,8 +1005,9 @@ def main():
     parser.add_argument("--breakdown", type=int, default=300, metavar="ADMISSIONS",
                         help="sequential admissions for the server-CPU breakdown (default 300; 0 skips it)")
     parser.add_argument("--floors", type=int, default=200, metavar="ADMISSIONS",
-                        help="admissions per round for server CPU against its floors (hand-written rows, a cold "
-                             "process); default 200, 0 skips it")
+                        help="admissions per round for server CPU against its floors (hand-written rows; a cold "
+                             "process directly, its floor of hand-written rows from a new connection, and through "
+                             "PgBouncer where installed); default 200, 0 skips it")
     parser.add_argument("--cold", type=int, default=20, metavar="PROCESSES",
                         help="cold connections per round, one admission each (default 20)")
     parser.add_argument("--pg-setting", action="append", default=[], metavar="NAME=VALUE",
