@@ -112,3 +112,27 @@ def test_a_server_session_handed_to_another_schema_runs_that_schema_s_own_statem
         assert handed._statements and not set(handed._statements.values()) & handed._on_server
         counts = [raw.execute(f"SELECT count(*) FROM {name}.attempt").fetchone()[0] for name in schemas]
     assert counts == [3, 2]
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [("?options=-csearch_path%3Dledger", "the pooler refused a parameter of the URL (PgBouncer passes no options=)"),
+     ("database", "the pooler has no such database; name one its [databases] section lists")],
+    ids=["options", "database"],
+)
+def test_a_url_the_pooler_refuses_is_one_line_naming_what_to_change(pooled, change, says):
+    from llm_accounts.errors import AccountsError
+
+    url = pooled + change if change.startswith("?") else pooled.rsplit("/", 1)[0] + "/nosuchdb"
+    with pytest.raises(AccountsError) as caught:
+        Ledger(url)
+    message = str(caught.value)
+    assert caught.value.code == "ledger_unavailable" and says in message and "\n" not in message
+
+
+def test_a_direct_url_naming_a_database_that_does_not_exist_says_so(pg_server):
+    from llm_accounts.errors import AccountsError
+
+    with pytest.raises(AccountsError) as caught:
+        Ledger(pg_server.url.rsplit("/", 1)[0] + "/nosuchdb")
+    assert "the URL names a database that does not exist; create it first (createdb)" in str(caught.value)

@@ -790,6 +790,16 @@ class PostgresBackend:
                 return self.unavailable(
                     "PostgreSQL refused the login; check the user and the password (PGPASSWORD, ~/.pgpass or a service file)"
                 )
+            # A pooler's refusals come with no SQLSTATE (docs/postgresql.md "Many short processes").
+            if "unsupported startup parameter" in text:
+                return self.unavailable(
+                    "the pooler refused a parameter of the URL (PgBouncer passes no options=); give the ledger a "
+                    "database of its own, or set the schema on the role: ALTER ROLE ... SET search_path"
+                )
+            if "no such database" in text:
+                return self.unavailable("the pooler has no such database; name one its [databases] section lists")
+            if re.search(r'database ".*" does not exist', text):
+                return self.unavailable("the URL names a database that does not exist; create it first (createdb)")
             return self.unavailable("PostgreSQL could not be reached (connection failed or lost)")
         if state and re.fullmatch(r"[0-9A-Z]{5}", state):
             if state.startswith("28"):
