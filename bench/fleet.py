@@ -780,6 +780,18 @@ def floors(pg, admissions, rounds, cold):
             led.reserve(Scope("conversation", f"{tag}-{i // 4}"), attempt, Quote, ACCOUNTS[:1], pinned=ACCOUNTS[0].name)
             led.settle(attempt, Complete(COST, USAGE, MODEL, None))
 
+    def cold_connections(schema_name, work):
+        """The mean server CPU of ``cold`` new plain connections on ``schema_name``, each doing
+        ``work(raw, i)`` once: its backend's whole CPU."""
+        spent = []
+        for i in range(cold):
+            raw = psycopg.connect(f"{server.url}?options=-csearch_path%3D{schema_name}", autocommit=True,
+                                  application_name="fleet-cold-plain")
+            work(raw, i)
+            spent.append(cpu_of(pid_of("fleet-cold-plain")))
+            raw.close()
+        return statistics.mean(spent)
+
     for name in ("floor_ledger", "floor_hand"):
         admin.execute(f"CREATE SCHEMA {name}")
     admin.execute("CREATE DATABASE floor_pooled")  # PgBouncer passes no search_path: its own database
@@ -818,23 +830,14 @@ def floors(pg, admissions, rounds, cold):
             spent.append(cpu_of(pid))
             led.close()
         figures["cold"].append(statistics.mean(spent))
-        spent = []
-        for i in range(cold):
-            raw = psycopg.connect(server.url + "?options=-csearch_path%3Draw", autocommit=True, application_name="fleet-cold-raw")
+        def raw_commit(raw, i):
             raw.execute("BEGIN")
             raw.execute("INSERT INTO bench_raw (v) VALUES (%s)", (uuid.uuid4().hex,))
             raw.execute("COMMIT")
-            spent.append(cpu_of(pid_of("fleet-cold-raw")))
-            raw.close()
-        figures["cold raw"].append(statistics.mean(spent))
-        spent = []
-        for i in range(cold):
-            raw = psycopg.connect(f"{server.url}?options=-csearch_path%3Dfloor_hand", autocommit=True,
-                                  application_name="fleet-cold-hand")
-            hand_written(raw, 1, f"cold-hand{round_}-{i}", month, day)
-            spent.append(cpu_of(pid_of("fleet-cold-hand")))
-            raw.close()
-        figures["cold hand"].append(statistics.mean(spent))
+
+        figures["cold raw"].append(cold_connections("raw", raw_commit))
+        figures["cold hand"].append(cold_connections(
+            "floor_hand", lambda raw, i: hand_written(raw, 1, f"cold-hand{round_}-{i}", month, day)))
         if bouncer is not None:
             def pooled_backends():
                 return {row[0]: cpu_of(row[0]) for row in admin.execute(

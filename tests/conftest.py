@@ -172,9 +172,9 @@ else:
 # session (tests/pgserver.py), a new empty schema per test. Skipped, saying why, only where no
 # PostgreSQL is installed and not in CI (CI=true makes a missing server a failure), and in the
 # moved-clock runs (scripts/test-clocks): the backend's tests run once, in the normal suite.
-def _no_postgres(reason):
+def _no_postgres(reason, package="postgresql"):
     if os.environ.get("CI") == "true":
-        pytest.fail(f"CI: {reason}; .ci/run installs Debian's postgresql", pytrace=False)
+        pytest.fail(f"CI: {reason}; .ci/run installs Debian's {package}", pytrace=False)
     pytest.skip(reason)
 
 
@@ -235,9 +235,7 @@ def pg_pooled_url(pg_server):
     import psycopg
 
     if pgserver.pgbouncer_binary() is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("CI: no pgbouncer binary; .ci/run installs Debian's pgbouncer", pytrace=False)
-        pytest.skip("no pgbouncer binary (Debian: apt-get install pgbouncer)")
+        _no_postgres("no pgbouncer binary (Debian: apt-get install pgbouncer)", "pgbouncer")
     dbname = f"pooled_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server.url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {dbname}")
